@@ -1,0 +1,299 @@
+package limits_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func at(sec float64) time.Time { return t0.Add(time.Duration(sec * float64(time.Second))) }
+
+func rule(limit int64, window time.Duration) *limits.Rule {
+	return &limits.Rule{Name: "chat_rpm", Algorithm: limits.SlidingWindow, Limit: limit, Window: window}
+}
+
+func allow(t testing.TB, s limits.Store, r *limits.Rule, key string, cost int64, now time.Time) limits.Decision {
+	t.Helper()
+	out := make([]limits.Decision, 1)
+	ok, err := s.Decide(context.Background(), []limits.Hit{{Rule: r, Key: limits.KeyOf("caller", key), Cost: cost}}, now, out)
+	if err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
+	if ok != out[0].Allowed {
+		t.Fatalf("batch verdict %v disagrees with the only decision %+v", ok, out[0])
+	}
+	return out[0]
+}
+
+// step is one request of a scripted scenario on a fake clock.
+type step struct {
+	at        float64 // seconds after t0
+	key       string
+	allowed   bool
+	remaining int64
+	retry     time.Duration // expected RetryAfter when refused
+	reset     time.Duration // expected ResetAfter, checked when non-zero
+}
+
+func TestSlidingWindowSteps(t *testing.T) {
+	tests := []struct {
+		name  string
+		limit int64
+		steps []step
+	}{
+		{"rolling window, not fixed", 2, []step{
+			{at: 0, key: "a", allowed: true, remaining: 1, reset: 60 * time.Second},
+			{at: 40, key: "a", allowed: true, remaining: 0, reset: 60 * time.Second},
+			{at: 41, key: "a", allowed: false, remaining: 0, retry: 19 * time.Second, reset: 59 * time.Second},
+			{at: 59.999, key: "a", allowed: false, remaining: 0, retry: time.Millisecond},
+			{at: 60.5, key: "a", allowed: true, remaining: 0, reset: 60 * time.Second},
+			{at: 99.9, key: "a", allowed: false, remaining: 0, retry: 100 * time.Millisecond},
+			{at: 100, key: "a", allowed: true, remaining: 0},
+		}},
+		{"callers never share budgets", 1, []step{
+			{at: 0, key: "a", allowed: true, remaining: 0},
+			{at: 1, key: "b", allowed: true, remaining: 0},
+			{at: 2, key: "a", allowed: false, retry: 58 * time.Second},
+			{at: 3, key: "b", allowed: false, retry: 58 * time.Second},
+			{at: 4, key: "c", allowed: true, remaining: 0},
+		}},
+		{"refused requests consume nothing", 2, []step{
+			{at: 0, key: "a", allowed: true, remaining: 1},
+			{at: 10, key: "a", allowed: true, remaining: 0},
+			{at: 20, key: "a", allowed: false, retry: 40 * time.Second},
+			{at: 30, key: "a", allowed: false, retry: 30 * time.Second},
+			{at: 59, key: "a", allowed: false, retry: time.Second},
+			{at: 60, key: "a", allowed: true, remaining: 0},
+			{at: 70, key: "a", allowed: true, remaining: 0},
+		}},
+		{"limit zero refuses everything", 0, []step{
+			{at: 0, key: "a", allowed: false, retry: 60 * time.Second},
+			{at: 100, key: "a", allowed: false, retry: 60 * time.Second},
+		}},
+		{"window boundary is exclusive of the old admission", 1, []step{
+			{at: 0, key: "a", allowed: true},
+			{at: 60, key: "a", allowed: true},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := limits.NewMemory(limits.MemoryOptions{})
+			r := rule(tt.limit, time.Minute)
+			for i, st := range tt.steps {
+				d := allow(t, s, r, st.key, 1, at(st.at))
+				if d.Allowed != st.allowed || d.Remaining != st.remaining || d.Limit != tt.limit {
+					t.Fatalf("step %d (t=%v %s): got %+v, want allowed=%v remaining=%d", i, st.at, st.key, d, st.allowed, st.remaining)
+				}
+				if !st.allowed && d.RetryAfter != st.retry {
+					t.Fatalf("step %d: RetryAfter %v, want %v", i, d.RetryAfter, st.retry)
+				}
+				if st.allowed && d.RetryAfter != 0 {
+					t.Fatalf("step %d: RetryAfter %v on an admission", i, d.RetryAfter)
+				}
+				if st.reset != 0 && d.ResetAfter != st.reset {
+					t.Fatalf("step %d: ResetAfter %v, want %v", i, d.ResetAfter, st.reset)
+				}
+			}
+		})
+	}
+}
+
+func TestRetryAfterIsWhenThisCostFits(t *testing.T) {
+	s := limits.NewMemory(limits.MemoryOptions{})
+	r := rule(5, time.Minute)
+	allow(t, s, r, "a", 2, at(0))
+	allow(t, s, r, "a", 2, at(10))
+	allow(t, s, r, "a", 1, at(20))
+	// Full. A cost of 3 needs the first two slots (2+2 ≥ 3) to leave: t=70.
+	if d := allow(t, s, r, "a", 3, at(30)); d.Allowed || d.RetryAfter != 40*time.Second || d.NextAfter != 30*time.Second {
+		t.Fatalf("got %+v", d)
+	}
+	// A cost above the limit can never fit.
+	if d := allow(t, s, r, "a", 6, at(30)); d.Allowed || d.RetryAfter != time.Minute {
+		t.Fatalf("got %+v", d)
+	}
+}
+
+func TestClockGoingBackwards(t *testing.T) {
+	s := limits.NewMemory(limits.MemoryOptions{})
+	r := rule(2, time.Minute)
+	allow(t, s, r, "a", 1, at(50))
+	if d := allow(t, s, r, "a", 1, at(10)); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("got %+v", d)
+	}
+	// Both admissions count until t=110 at least; an earlier clock reading
+	// must not make either leave early.
+	if d := allow(t, s, r, "a", 1, at(109)); d.Allowed {
+		t.Fatalf("admitted a third request within the window: %+v", d)
+	}
+	if d := allow(t, s, r, "a", 1, at(110)); !d.Allowed {
+		t.Fatalf("got %+v", d)
+	}
+}
+
+func TestBatchIsAllOrNothing(t *testing.T) {
+	s := limits.NewMemory(limits.MemoryOptions{})
+	perUser := &limits.Rule{Name: "per-user", Algorithm: limits.SlidingWindow, Limit: 10, Window: time.Minute}
+	global := &limits.Rule{Name: "global", Algorithm: limits.SlidingWindow, Limit: 1, Window: time.Minute}
+	hits := func(user string) []limits.Hit {
+		return []limits.Hit{
+			{Rule: perUser, Key: limits.KeyOf("caller", user), Cost: 1},
+			{Rule: global, Key: limits.NewKey(), Cost: 1},
+		}
+	}
+	out := make([]limits.Decision, 2)
+	if ok, _ := s.Decide(context.Background(), hits("a"), at(0), out); !ok || out[0].Remaining != 9 || out[1].Remaining != 0 {
+		t.Fatalf("first batch: %v %+v", ok, out)
+	}
+	ok, _ := s.Decide(context.Background(), hits("b"), at(1), out)
+	if ok || !out[0].Allowed || out[1].Allowed {
+		t.Fatalf("second batch: %v %+v", ok, out)
+	}
+	// The refused batch recorded nothing for b on per-user.
+	if d := allow(t, s, perUser, "b", 1, at(2)); d.Remaining != 9 {
+		t.Fatalf("refused batch was recorded: %+v", d)
+	}
+}
+
+func TestMalformedBatch(t *testing.T) {
+	s := limits.NewMemory(limits.MemoryOptions{})
+	out := make([]limits.Decision, 1)
+	for _, hits := range [][]limits.Hit{nil, {{Rule: nil}}, {{Rule: rule(1, time.Minute), Cost: -1}}, {{Rule: rule(1, 0), Cost: 1}}} {
+		if _, err := s.Decide(context.Background(), hits, t0, out); err == nil {
+			t.Errorf("batch %+v accepted", hits)
+		}
+	}
+}
+
+// TestNeverAdmitsMoreThanLimit replays random traffic and checks, against
+// the full admission log, that no rolling window ever holds more than the
+// limit; for limits that fit in the slot bound, the decisions must also be
+// exactly those of an unbounded log.
+func TestNeverAdmitsMoreThanLimit(t *testing.T) {
+	for _, limit := range []int64{1, 3, 20, 999, 1000, 1500, 5000} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(limit), 7))
+			s := limits.NewMemory(limits.MemoryOptions{})
+			win := 10 * time.Second
+			r := rule(limit, win)
+			type adm struct {
+				at   time.Time
+				cost int64
+			}
+			var log []adm
+			var first int       // oldest admission still in the window
+			var inWindow int64 // cost admitted in (now-win, now]
+			now := t0
+			exactRefusals := 0
+			for i := 0; i < 20000; i++ {
+				now = now.Add(time.Duration(rng.ExpFloat64() * float64(win) / float64(limit) / 1.5))
+				cost := int64(1 + rng.IntN(3))
+				for ; first < len(log) && !log[first].at.After(now.Add(-win)); first++ {
+					inWindow -= log[first].cost
+				}
+				exact := inWindow+cost <= limit
+				d := allow(t, s, r, "k", cost, now)
+				if d.Allowed && !exact {
+					t.Fatalf("step %d: admitted cost %d with %d of %d used in the window", i, cost, inWindow, limit)
+				}
+				if d.Allowed {
+					log = append(log, adm{now, cost})
+					inWindow += cost
+				} else if exact {
+					exactRefusals++
+				}
+			}
+			if limit <= 1000 && exactRefusals > 0 {
+				t.Fatalf("%d refusals an exact log would have admitted", exactRefusals)
+			}
+		})
+	}
+}
+
+func TestConcurrentExactAdmissions(t *testing.T) {
+	for round := 0; round < 20; round++ {
+		s := limits.NewMemory(limits.MemoryOptions{})
+		r := rule(20, time.Minute)
+		for i := 0; i < 10; i++ { // 10 of 20 used: 10 remain
+			allow(t, s, r, "k", 1, at(0))
+		}
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for g := 0; g < 50; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				if allow(t, s, r, "k", 1, at(1)).Allowed {
+					admitted.Add(1)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if n := admitted.Load(); n != 10 {
+			t.Fatalf("round %d: %d admitted, want exactly 10", round, n)
+		}
+	}
+}
+
+func TestKeysAreBounded(t *testing.T) {
+	s := limits.NewMemory(limits.MemoryOptions{MaxKeys: 640})
+	r := rule(5, time.Minute)
+	for i := 0; i < 20000; i++ {
+		allow(t, s, r, fmt.Sprint("flood-", i), 1, at(float64(i)/1000))
+	}
+	st := s.Stats()
+	if st.Keys > 640 || st.Keys < 600 {
+		t.Fatalf("tracked %d keys with MaxKeys 640", st.Keys)
+	}
+	if st.CapacityEvicted == 0 {
+		t.Fatalf("no capacity evictions counted: %+v", st)
+	}
+	// Long after the window, everything is idle and a sweep drops it all.
+	if n := s.Sweep(at(1000)); int64(n) != st.Keys || s.Stats().Keys != 0 {
+		t.Fatalf("swept %d of %d, left %d", n, st.Keys, s.Stats().Keys)
+	}
+}
+
+func TestSweepKeepsLiveCounters(t *testing.T) {
+	s := limits.NewMemory(limits.MemoryOptions{})
+	r := rule(2, time.Minute)
+	allow(t, s, r, "old", 1, at(0))
+	allow(t, s, r, "live", 1, at(30))
+	if n := s.Sweep(at(61)); n != 1 {
+		t.Fatalf("swept %d, want 1", n)
+	}
+	if d := allow(t, s, r, "live", 1, at(62)); d.Remaining != 0 {
+		t.Fatalf("live counter lost: %+v", d)
+	}
+	if st := s.Stats(); st.ExpiredEvictions != 1 || st.Keys != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestKeyPublicForm(t *testing.T) {
+	tests := []struct {
+		key  limits.Key
+		want string
+	}{
+		{limits.KeyOf("caller", "ip:203.0.113.7"), "caller=ip:203.0.113.7"},
+		{limits.NewKey(limits.Part{Name: "xml:dRucEm", Value: "80012345-6"}, limits.Part{Name: "header:X-Env", Value: "prod"}), "xml:dRucEm=80012345-6&header:X-Env=prod"},
+		{limits.KeyOf("header:X", "a&b=c%\n"), "header:X=a%26b%3Dc%25%0A"},
+		{limits.NewKey(), ""},
+	}
+	for _, tt := range tests {
+		if got := tt.key.String(); got != tt.want {
+			t.Errorf("got %q, want %q", got, tt.want)
+		}
+	}
+}

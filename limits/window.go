@@ -1,0 +1,142 @@
+package limits
+
+import "time"
+
+// maxSlots bounds the memory of one sliding-window key whatever its limit
+// (SPEC §7.3): up to this many time slots are kept. A rule whose limit fits
+// gives every admission a slot of its own and is exact; a larger limit merges
+// admissions that fall in the same 1/1000 of the window into one slot that
+// leaves the window with its latest admission, so the window may refuse up to
+// window/1000 early and never admits more than the limit.
+const maxSlots = 1000
+
+// slot is one or more admissions counted together.
+type slot struct {
+	at int64 // unix ns of the latest admission in the slot
+	n  int64 // cost units
+}
+
+// window is one key's sliding-window log: a ring of slots in time order.
+type window struct {
+	ring []slot
+	head int
+	size int
+	used int64 // sum of n over live slots
+	span int64 // window length, ns
+}
+
+func newWindow(span time.Duration) *window {
+	return &window{span: int64(span)}
+}
+
+func (w *window) at(i int) *slot { return &w.ring[(w.head+i)%len(w.ring)] }
+
+// expire drops the slots whose latest admission has left the window
+// (now-span, now].
+func (w *window) expire(now int64) {
+	for w.size > 0 {
+		s := w.at(0)
+		if s.at > now-w.span {
+			return
+		}
+		w.used -= s.n
+		w.head = (w.head + 1) % len(w.ring)
+		w.size--
+	}
+	w.head = 0 // empty: restart at the front, keeps the ring compact
+}
+
+// idle reports whether nothing counted is left in the window at now.
+func (w *window) idle(now int64) bool {
+	return w.size == 0 || w.at(w.size-1).at <= now-w.span
+}
+
+// decide evaluates cost at now against limit without recording it. The
+// caller must have called expire(now).
+func (w *window) decide(now, cost, limit int64) Decision {
+	d := Decision{Limit: limit, Allowed: w.used+cost <= limit}
+	if d.Allowed {
+		d.Remaining = limit - w.used
+	} else {
+		d.Remaining = max(limit-w.used, 0)
+		d.RetryAfter = w.retryAfter(now, cost, limit)
+	}
+	w.fillAfters(now, &d)
+	return d
+}
+
+// retryAfter is the wait until enough slots leave for cost to fit.
+func (w *window) retryAfter(now, cost, limit int64) time.Duration {
+	if cost > limit {
+		// Can never fit; the honest answer is "not within this window".
+		return time.Duration(w.span)
+	}
+	need := w.used + cost - limit
+	var freed int64
+	for i := 0; i < w.size; i++ {
+		s := w.at(i)
+		freed += s.n
+		if freed >= need {
+			return time.Duration(max(s.at+w.span-now, 1))
+		}
+	}
+	return time.Duration(w.span) // unreachable while used is consistent
+}
+
+func (w *window) fillAfters(now int64, d *Decision) {
+	if w.size == 0 {
+		return
+	}
+	d.NextAfter = time.Duration(max(w.at(0).at+w.span-now, 0))
+	d.ResetAfter = time.Duration(max(w.at(w.size-1).at+w.span-now, 0))
+}
+
+// record counts cost at now and updates d to the state after it. limit
+// decides the slot policy (see maxSlots).
+func (w *window) record(now, cost, limit int64, d *Decision) {
+	if cost == 0 {
+		return // nothing to count; must not move a slot's expiry
+	}
+	if w.size > 0 {
+		// A clock that went backwards must not break the time order of the
+		// ring: count the admission at the latest time seen.
+		now = max(now, w.at(w.size-1).at)
+	}
+	capacity := min(limit, maxSlots)
+	if limit > maxSlots {
+		capacity = maxSlots + 1 // live slots span up to 1001 distinct 1/1000 buckets
+	}
+	switch {
+	case w.size > 0 && (w.size >= int(capacity) || (limit > maxSlots && sameBucket(w.at(w.size-1).at, now, w.span))):
+		// Merging moves the slot's earlier admissions later: it can only
+		// refuse early, never admit more.
+		t := w.at(w.size - 1)
+		t.at = now
+		t.n += cost
+	default:
+		if w.size == len(w.ring) {
+			w.grow(int(capacity))
+		}
+		*w.at(w.size) = slot{at: now, n: cost}
+		w.size++
+	}
+	w.used += cost
+	d.Remaining = max(limit-w.used, 0)
+	w.fillAfters(now, d)
+}
+
+func sameBucket(a, b, span int64) bool {
+	g := max(span/maxSlots, 1)
+	return a/g == b/g
+}
+
+// grow enlarges the ring (doubling, up to capacity), keeping slot order.
+// It is called only when the ring is full and below capacity.
+func (w *window) grow(capacity int) {
+	n := min(max(2*len(w.ring), 2), capacity)
+	ring := make([]slot, n)
+	for i := 0; i < w.size; i++ {
+		ring[i] = *w.at(i)
+	}
+	w.ring, w.head = ring, 0
+}
