@@ -47,7 +47,7 @@ type stateKey struct {
 
 type entry struct {
 	w    window // inline: one cache miss less per decision
-	last int64 // unix ns of the last decision that touched it, for LRU
+	last int64  // unix ns of the last decision that touched it, for LRU
 }
 
 type shard struct {
@@ -128,7 +128,6 @@ func unlockAll(shards *[shardCount]shard, set uint64) {
 		shards[bits.TrailingZeros64(s)].mu.Unlock()
 	}
 }
-
 
 // window returns the hit's window, creating it (and making room) when new.
 // The shard is locked.

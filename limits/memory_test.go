@@ -189,7 +189,7 @@ func TestNeverAdmitsMoreThanLimit(t *testing.T) {
 				cost int64
 			}
 			var log []adm
-			var first int       // oldest admission still in the window
+			var first int      // oldest admission still in the window
 			var inWindow int64 // cost admitted in (now-win, now]
 			now := t0
 			exactRefusals := 0
