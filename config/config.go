@@ -1,0 +1,81 @@
+// Package config loads the proxy's settings: a TOML file, then environment
+// variables of the same names in upper case, into one Config; Validate
+// reports every problem at once, naming the key and the bad value.
+package config
+
+import (
+	"time"
+)
+
+// Config is the effective configuration. Load fills it; Validate checks it;
+// constructors of the other packages take what they need from it.
+type Config struct {
+	UpstreamURL      string
+	ListenAddr       string
+	AdminAddr        string
+	ChatRPM          int64
+	MaxInputTokens   int64
+	MaxFileBytes     int64
+	MaxBodyBytes     int64
+	ProtectedPaths   []string
+	RequireAuth      bool
+	TrustedProxies   []string
+	IPv6Prefix       int64
+	RedisURL         string
+	FailOpen         bool
+	RateLimitEnabled bool
+	MaxTrackedKeys   int64
+	UpstreamTimeout  time.Duration
+	ShutdownTimeout  time.Duration
+	ErrorFormat      string
+	LogLevel         string
+	LogFormat        string
+
+	// Demo is set by -demo: the upstream is the built-in mock, so
+	// UpstreamURL is not required.
+	Demo bool
+
+	// set records the keys the file or the environment gave, and where.
+	set map[string]string
+}
+
+// DefaultProtectedPaths are the routes whose POSTs go through the guards
+// (SPEC §3).
+var DefaultProtectedPaths = []string{
+	"/api/chat",
+	"/v1/chat/completions",
+	"/v1/completions",
+	"/v1/responses",
+	"/v1/embeddings",
+	"/v1/messages",
+}
+
+// Default returns the configuration with every default of SPEC §2 applied
+// and nothing set. It is the single place defaults live.
+func Default() Config {
+	return Config{
+		ListenAddr:       ":8080",
+		AdminAddr:        "127.0.0.1:9090",
+		ChatRPM:          20,
+		MaxInputTokens:   2000,
+		MaxFileBytes:     10 << 20,
+		MaxBodyBytes:     10<<20 + 1<<20,
+		ProtectedPaths:   append([]string(nil), DefaultProtectedPaths...),
+		IPv6Prefix:       64,
+		FailOpen:         true,
+		RateLimitEnabled: true,
+		MaxTrackedKeys:   1_000_000,
+		UpstreamTimeout:  300 * time.Second,
+		ShutdownTimeout:  30 * time.Second,
+		ErrorFormat:      "auto",
+		LogLevel:         "info",
+		LogFormat:        "text",
+	}
+}
+
+// IsSet reports whether key (the TOML name, e.g. "chat_rpm") was given by
+// the file or the environment rather than defaulted.
+func (c *Config) IsSet(key string) bool {
+	_, ok := c.set[key]
+	return ok
+}

@@ -1,0 +1,155 @@
+package config_test
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/config"
+)
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "c.toml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// The example file documents every key with its default value.
+func TestExampleMatchesDefaults(t *testing.T) {
+	c, err := config.Load("../config.example.toml", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	want := config.Default()
+	want.UpstreamURL = c.UpstreamURL
+	var got strings.Builder
+	var exp strings.Builder
+	c.Write(&got)
+	want.Write(&exp)
+	// Compare what -check prints, minus the provenance comments.
+	strip := func(s string) string {
+		var out []string
+		for _, l := range strings.Split(s, "\n") {
+			out = append(out, strings.SplitN(l, " #", 2)[0])
+		}
+		return strings.Join(out, "\n")
+	}
+	if strip(got.String()) != strip(exp.String()) {
+		t.Fatalf("example differs from defaults:\n%s\nwant:\n%s", got.String(), exp.String())
+	}
+	for _, key := range []string{"listen_addr", "admin_addr", "chat_rpm", "max_input_tokens", "max_file_bytes", "max_body_bytes",
+		"protected_paths", "require_auth", "trusted_proxies", "ipv6_prefix", "redis_url", "fail_open", "rate_limit_enabled",
+		"max_tracked_keys", "upstream_timeout", "shutdown_timeout", "error_format", "log_level", "log_format"} {
+		if !c.IsSet(key) {
+			t.Errorf("config.example.toml does not document %s", key)
+		}
+	}
+}
+
+func TestEnvOverridesFile(t *testing.T) {
+	p := writeFile(t, "upstream_url = \"http://up:1\"\nchat_rpm = 5\ntrusted_proxies = [\"10.0.0.0/8\"]\n")
+	c, err := config.Load(p, env(map[string]string{"CHAT_RPM": "7", "TRUSTED_PROXIES": "192.168.0.0/16, 127.0.0.1", "UPSTREAM_TIMEOUT": "2s"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ChatRPM != 7 || c.UpstreamURL != "http://up:1" || c.UpstreamTimeout != 2*time.Second {
+		t.Fatalf("got %+v", c)
+	}
+	if !reflect.DeepEqual(c.TrustedProxies, []string{"192.168.0.0/16", "127.0.0.1"}) {
+		t.Fatalf("trusted proxies %q", c.TrustedProxies)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMaxBodyBytesFollowsMaxFileBytes(t *testing.T) {
+	c, err := config.Load("", env(map[string]string{"MAX_FILE_BYTES": "1000"}))
+	if err != nil || c.MaxBodyBytes != 1000+1<<20 {
+		t.Fatalf("%v %d", err, c.MaxBodyBytes)
+	}
+	c, err = config.Load("", env(map[string]string{"MAX_FILE_BYTES": "1000", "MAX_BODY_BYTES": "5"}))
+	if err != nil || c.MaxBodyBytes != 5 {
+		t.Fatalf("%v %d", err, c.MaxBodyBytes)
+	}
+}
+
+// Every problem is reported at once, each naming its key and value.
+func TestErrorsNameKeyAndValue(t *testing.T) {
+	p := writeFile(t, "chat_rpm = -1\nupstream_timeout = 10\nbogus = 1\nlog_format = \"xml\"\n")
+	_, err := config.Load(p, env(map[string]string{"MAX_FILE_BYTES": "ten", "REQUIRE_AUTH": "maybe"}))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		`upstream_timeout = 10: missing unit`,
+		`bogus (in ` + p + `): unknown key`,
+		`MAX_FILE_BYTES = "ten": not an integer`,
+		`REQUIRE_AUTH = "maybe": not a boolean`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+
+	c, _ := config.Load(writeFile(t, "chat_rpm = -1\nlog_format = \"xml\"\n"), env(map[string]string{
+		"UPSTREAM_URL": "ftp://x", "TRUSTED_PROXIES": "10.0.0.0/33", "IPV6_PREFIX": "0", "LISTEN_ADDR": "nope",
+		"UPSTREAM_TIMEOUT": "0s",
+	}))
+	err = c.Validate()
+	for _, want := range []string{
+		`chat_rpm = -1: must not be negative`,
+		`log_format = "xml": must be one of text, json`,
+		`UPSTREAM_URL = "ftp://x": scheme must be http or https`,
+		`TRUSTED_PROXIES = "10.0.0.0/33": not a CIDR`,
+		`IPV6_PREFIX = 0: must be between 1 and 128`,
+		`LISTEN_ADDR = "nope": not host:port`,
+		`UPSTREAM_TIMEOUT = "0s": must be positive`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+}
+
+func TestUpstreamRequiredUnlessDemo(t *testing.T) {
+	c, err := config.Load("", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "upstream_url: required") {
+		t.Fatalf("got %v", err)
+	}
+	c.Demo = true
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWriteRedactsSecrets(t *testing.T) {
+	c, err := config.Load("", env(map[string]string{"UPSTREAM_URL": "https://user:hunter2@api.example/v1?key=sk-123"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	c.Write(&b)
+	if strings.Contains(b.String(), "hunter2") || strings.Contains(b.String(), "sk-123") {
+		t.Fatalf("secret printed:\n%s", b.String())
+	}
+	if !strings.Contains(b.String(), `upstream_url = "https://user:xxxxx@api.example/v1?redacted" # from UPSTREAM_URL`) {
+		t.Fatalf("got:\n%s", b.String())
+	}
+}

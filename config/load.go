@@ -1,0 +1,231 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/knadh/koanf/parsers/toml/v2"
+	"github.com/knadh/koanf/providers/confmap"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/v2"
+)
+
+// setting binds one key (TOML name; the environment variable is its upper
+// case) to a Config field. A table of them, instead of reflection-driven
+// decoding, lets every error name the key, its source and the bad value.
+type setting struct {
+	key    string
+	secret bool
+	decode func(c *Config, v any) error
+	show   func(c *Config) any
+}
+
+func str(key string, f func(*Config) *string) setting {
+	return setting{key: key,
+		decode: func(c *Config, v any) error {
+			s, ok := v.(string)
+			if !ok {
+				return errors.New("not a string")
+			}
+			*f(c) = s
+			return nil
+		},
+		show: func(c *Config) any { return *f(c) }}
+}
+
+func integer(key string, f func(*Config) *int64) setting {
+	return setting{key: key,
+		decode: func(c *Config, v any) error {
+			switch x := v.(type) {
+			case int64:
+				*f(c) = x
+			case string:
+				n, err := strconv.ParseInt(strings.TrimSpace(x), 10, 64)
+				if err != nil {
+					return errors.New("not an integer")
+				}
+				*f(c) = n
+			default:
+				return errors.New("not an integer")
+			}
+			return nil
+		},
+		show: func(c *Config) any { return *f(c) }}
+}
+
+func boolean(key string, f func(*Config) *bool) setting {
+	return setting{key: key,
+		decode: func(c *Config, v any) error {
+			switch x := v.(type) {
+			case bool:
+				*f(c) = x
+			case string:
+				b, err := strconv.ParseBool(strings.TrimSpace(x))
+				if err != nil {
+					return errors.New("not a boolean (true or false)")
+				}
+				*f(c) = b
+			default:
+				return errors.New("not a boolean (true or false)")
+			}
+			return nil
+		},
+		show: func(c *Config) any { return *f(c) }}
+}
+
+func duration(key string, f func(*Config) *time.Duration) setting {
+	return setting{key: key,
+		decode: func(c *Config, v any) error {
+			s, ok := v.(string)
+			if !ok {
+				return errors.New(`missing unit (write "30s", "5m")`)
+			}
+			d, err := time.ParseDuration(strings.TrimSpace(s))
+			if err != nil {
+				if _, numErr := strconv.ParseFloat(strings.TrimSpace(s), 64); numErr == nil {
+					return errors.New(`missing unit (write "30s", "5m")`)
+				}
+				return errors.New("not a duration")
+			}
+			*f(c) = d
+			return nil
+		},
+		show: func(c *Config) any { return f(c).String() }}
+}
+
+func list(key string, f func(*Config) *[]string) setting {
+	return setting{key: key,
+		decode: func(c *Config, v any) error {
+			var out []string
+			switch x := v.(type) {
+			case string: // the environment's comma-separated form
+				for _, p := range strings.Split(x, ",") {
+					if p = strings.TrimSpace(p); p != "" {
+						out = append(out, p)
+					}
+				}
+			case []any:
+				for _, e := range x {
+					s, ok := e.(string)
+					if !ok {
+						return errors.New("not a list of strings")
+					}
+					out = append(out, strings.TrimSpace(s))
+				}
+			default:
+				return errors.New("not a list of strings")
+			}
+			*f(c) = out
+			return nil
+		},
+		show: func(c *Config) any { return *f(c) }}
+}
+
+func secret(s setting) setting { s.secret = true; return s }
+
+// settings is every key of SPEC §2, in the order -check prints them.
+var settings = []setting{
+	secret(str("upstream_url", func(c *Config) *string { return &c.UpstreamURL })),
+	str("listen_addr", func(c *Config) *string { return &c.ListenAddr }),
+	str("admin_addr", func(c *Config) *string { return &c.AdminAddr }),
+	integer("chat_rpm", func(c *Config) *int64 { return &c.ChatRPM }),
+	integer("max_input_tokens", func(c *Config) *int64 { return &c.MaxInputTokens }),
+	integer("max_file_bytes", func(c *Config) *int64 { return &c.MaxFileBytes }),
+	integer("max_body_bytes", func(c *Config) *int64 { return &c.MaxBodyBytes }),
+	list("protected_paths", func(c *Config) *[]string { return &c.ProtectedPaths }),
+	boolean("require_auth", func(c *Config) *bool { return &c.RequireAuth }),
+	list("trusted_proxies", func(c *Config) *[]string { return &c.TrustedProxies }),
+	integer("ipv6_prefix", func(c *Config) *int64 { return &c.IPv6Prefix }),
+	secret(str("redis_url", func(c *Config) *string { return &c.RedisURL })),
+	boolean("fail_open", func(c *Config) *bool { return &c.FailOpen }),
+	boolean("rate_limit_enabled", func(c *Config) *bool { return &c.RateLimitEnabled }),
+	integer("max_tracked_keys", func(c *Config) *int64 { return &c.MaxTrackedKeys }),
+	duration("upstream_timeout", func(c *Config) *time.Duration { return &c.UpstreamTimeout }),
+	duration("shutdown_timeout", func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
+	str("error_format", func(c *Config) *string { return &c.ErrorFormat }),
+	str("log_level", func(c *Config) *string { return &c.LogLevel }),
+	str("log_format", func(c *Config) *string { return &c.LogFormat }),
+}
+
+// Load reads path (TOML; empty for none), then the environment through
+// getenv (os.Getenv when nil), over the defaults. It fails on an unreadable
+// file, an unknown key or a value of the wrong type, reporting every such
+// problem; semantic checks are Validate's.
+func Load(path string, getenv func(string) (string, bool)) (Config, error) {
+	if getenv == nil {
+		getenv = os.LookupEnv
+	}
+	k := koanf.New("\x00") // keys are flat; no delimiter may split them
+	if path != "" {
+		if err := k.Load(file.Provider(path), toml.Parser()); err != nil {
+			return Config{}, fmt.Errorf("reading %s: %w", path, err)
+		}
+	}
+	origin := map[string]string{}
+	var errs []error
+	for key := range k.Raw() {
+		if !known(key) {
+			errs = append(errs, fmt.Errorf("%s (in %s): unknown key", key, path))
+			continue
+		}
+		origin[key] = "file"
+	}
+	env := map[string]any{}
+	for _, s := range settings {
+		if v, ok := getenv(strings.ToUpper(s.key)); ok {
+			env[s.key] = v
+			origin[s.key] = "env"
+		}
+	}
+	if err := k.Load(confmap.Provider(env, "\x00"), nil); err != nil {
+		return Config{}, fmt.Errorf("merging the environment: %w", err)
+	}
+
+	c := Default()
+	c.set = origin
+	for _, s := range settings {
+		if _, ok := origin[s.key]; !ok {
+			continue
+		}
+		v := k.Get(s.key)
+		if err := s.decode(&c, v); err != nil {
+			errs = append(errs, fmt.Errorf("%s = %s: %w", c.name(s.key), quote(v, s.secret), err))
+		}
+	}
+	if !c.IsSet("max_body_bytes") {
+		c.MaxBodyBytes = c.MaxFileBytes + 1<<20
+	}
+	return c, errors.Join(errs...)
+}
+
+func known(key string) bool {
+	for _, s := range settings {
+		if s.key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// name is how errors call key: the environment variable when the value came
+// from there, else the TOML key.
+func (c *Config) name(key string) string {
+	if c.set[key] == "env" {
+		return strings.ToUpper(key)
+	}
+	return key
+}
+
+func quote(v any, secret bool) string {
+	if s, ok := v.(string); ok {
+		if secret {
+			s = redactURL(s)
+		}
+		return strconv.Quote(s)
+	}
+	return fmt.Sprint(v)
+}

@@ -1,0 +1,189 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Validate reports every semantic problem of c at once, each naming the key
+// and the bad value. It never changes c.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key string, v any, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s = %s: %s", c.name(key), quote(v, isSecret(key)), fmt.Sprintf(format, args...)))
+	}
+
+	switch {
+	case c.UpstreamURL == "" && !c.Demo:
+		errs = append(errs, fmt.Errorf("%s: required (the base URL of the protected API), or run with -demo", c.name("upstream_url")))
+	case c.UpstreamURL != "":
+		if err := checkURL(c.UpstreamURL, "http", "https"); err != nil {
+			bad("upstream_url", c.UpstreamURL, "%v", err)
+		}
+	}
+	for _, a := range []struct {
+		key, addr string
+	}{{"listen_addr", c.ListenAddr}, {"admin_addr", c.AdminAddr}} {
+		if err := checkAddr(a.addr); err != nil {
+			bad(a.key, a.addr, "%v", err)
+		}
+	}
+	if c.ListenAddr == c.AdminAddr {
+		bad("admin_addr", c.AdminAddr, "must differ from listen_addr: the admin endpoints never share the public listener")
+	}
+	for _, n := range []struct {
+		key string
+		v   int64
+	}{{"chat_rpm", c.ChatRPM}, {"max_input_tokens", c.MaxInputTokens}, {"max_file_bytes", c.MaxFileBytes}, {"max_body_bytes", c.MaxBodyBytes}} {
+		if n.v < 0 {
+			bad(n.key, n.v, "must not be negative")
+		}
+	}
+	if c.MaxTrackedKeys < 1 {
+		bad("max_tracked_keys", c.MaxTrackedKeys, "must be at least 1")
+	}
+	if len(c.ProtectedPaths) == 0 {
+		bad("protected_paths", c.ProtectedPaths, "empty: list at least one path")
+	}
+	for _, p := range c.ProtectedPaths {
+		if !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "?# ") {
+			bad("protected_paths", p, "a path starts with / and has no query")
+		}
+	}
+	for _, p := range c.TrustedProxies {
+		if _, err := ParsePrefix(p); err != nil {
+			bad("trusted_proxies", p, "not a CIDR or IP address")
+		}
+	}
+	if c.IPv6Prefix < 1 || c.IPv6Prefix > 128 {
+		bad("ipv6_prefix", c.IPv6Prefix, "must be between 1 and 128")
+	}
+	if c.RedisURL != "" {
+		if err := checkURL(c.RedisURL, "redis", "rediss", "unix"); err != nil {
+			bad("redis_url", c.RedisURL, "%v", err)
+		} else {
+			bad("redis_url", c.RedisURL, "the Redis store is not part of this release yet; leave it empty for in-memory state")
+		}
+	}
+	if c.UpstreamTimeout <= 0 {
+		bad("upstream_timeout", c.UpstreamTimeout.String(), "must be positive")
+	}
+	if c.ShutdownTimeout < 0 {
+		bad("shutdown_timeout", c.ShutdownTimeout.String(), "must not be negative")
+	}
+	oneOf := func(key, v string, allowed ...string) {
+		if !slices.Contains(allowed, v) {
+			bad(key, v, "must be one of %s", strings.Join(allowed, ", "))
+		}
+	}
+	oneOf("error_format", c.ErrorFormat, "auto", "flat")
+	oneOf("log_level", c.LogLevel, "debug", "info", "warn", "error")
+	oneOf("log_format", c.LogFormat, "text", "json")
+	return errors.Join(errs...)
+}
+
+func isSecret(key string) bool {
+	for _, s := range settings {
+		if s.key == key {
+			return s.secret
+		}
+	}
+	return false
+}
+
+func checkURL(raw string, schemes ...string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("not a URL")
+	}
+	if !slices.Contains(schemes, u.Scheme) {
+		return fmt.Errorf("scheme must be %s", strings.Join(schemes, " or "))
+	}
+	if u.Host == "" && u.Scheme != "unix" {
+		return errors.New("no host")
+	}
+	return nil
+}
+
+func checkAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("not host:port")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return errors.New("bad port")
+	}
+	return nil
+}
+
+// ParsePrefix reads a CIDR, or a bare IP as its single-address prefix.
+func ParsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		return p.Masked(), err
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
+}
+
+// Write prints the effective configuration as TOML, secrets redacted, in
+// the order of SPEC §2; each line says where its value came from.
+func (c *Config) Write(w io.Writer) error {
+	for _, s := range settings {
+		v := s.show(c)
+		if s.secret {
+			v = redactURL(v.(string))
+		}
+		line := fmt.Sprintf("%s = %s", s.key, tomlValue(v))
+		switch c.set[s.key] {
+		case "env":
+			line += " # from " + strings.ToUpper(s.key)
+		case "file":
+			line += " # from the file"
+		}
+		if _, err := fmt.Fprintln(w, line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// redactURL hides a URL's password (and query, which may carry tokens).
+func redactURL(raw string) string {
+	if raw == "" {
+		return raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "[redacted]"
+	}
+	if u.RawQuery != "" {
+		u.RawQuery = "redacted"
+	}
+	return u.Redacted()
+}
+
+func tomlValue(v any) string {
+	switch x := v.(type) {
+	case string:
+		return strconv.Quote(x)
+	case []string:
+		q := make([]string, len(x))
+		for i, s := range x {
+			q[i] = strconv.Quote(s)
+		}
+		return "[" + strings.Join(q, ", ") + "]"
+	default:
+		return fmt.Sprint(x)
+	}
+}
