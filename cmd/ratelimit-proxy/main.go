@@ -1,0 +1,191 @@
+// Command ratelimit-proxy is a reverse proxy that identifies each caller of
+// a chat/LLM API, rate-limits them and answers 429/413 itself.
+//
+//	ratelimit-proxy -demo                    # in front of a built-in mock API
+//	ratelimit-proxy -config config.toml      # normal start
+//	ratelimit-proxy -check -config config.toml
+//
+// main only wires: load the configuration, build the components, start the
+// listeners, wait for a signal, drain.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lmittmann/tint"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/config"
+	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
+	"github.com/ratelimit-proxy/ratelimit-proxy/proxy"
+	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/mockapi"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ratelimit-proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "TOML configuration `file`; environment variables override it")
+	check := fs.Bool("check", false, "validate the configuration, print the effective settings and exit")
+	demo := fs.Bool("demo", false, "run in front of a built-in OpenAI-compatible mock API on loopback")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "ratelimit-proxy: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+
+	cfg, err := config.Load(*cfgPath, nil)
+	cfg.Demo = *demo
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "ratelimit-proxy: invalid configuration: %s\n", oneLine(err))
+		return 1
+	}
+	if *check {
+		if err := cfg.Write(stdout); err != nil {
+			return 1
+		}
+		fmt.Fprintln(stderr, "configuration OK")
+		return 0
+	}
+
+	log := newLogger(cfg, stderr)
+	if err := serve(cfg, log); err != nil {
+		log.Error("stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// oneLine joins the problems of a (joined) error with "; ".
+func oneLine(err error) string {
+	return strings.ReplaceAll(err.Error(), "\n", "; ")
+}
+
+func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+	}
+	return slog.New(tint.NewHandler(w, &tint.Options{Level: level, TimeFormat: time.DateTime, NoColor: !isTerminal(w)}))
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// serve runs the proxy until SIGINT or SIGTERM, then drains.
+func serve(cfg config.Config, log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	if cfg.Demo {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("starting the demo upstream: %w", err)
+		}
+		mock := &http.Server{Handler: mockapi.New(), ReadHeaderTimeout: 10 * time.Second}
+		go mock.Serve(ln)
+		defer mock.Close()
+		cfg.UpstreamURL = "http://" + ln.Addr().String()
+		log.Info("demo upstream (OpenAI-compatible mock) started", "url", cfg.UpstreamURL)
+	}
+
+	store := limits.NewMemory(limits.MemoryOptions{MaxKeys: int(cfg.MaxTrackedKeys)})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p, err := proxy.New(proxy.Options{Config: cfg, Store: store, Logger: log, Registerer: reg, Stats: store.Stats})
+	if err != nil {
+		return err
+	}
+
+	public, err := listen(cfg.ListenAddr, p.Handler(), log, "public")
+	if err != nil {
+		return err
+	}
+	admin, err := listen(cfg.AdminAddr, p.AdminHandler(reg), log, "admin")
+	if err != nil {
+		public.Close()
+		return err
+	}
+	go sweep(ctx, store, log)
+
+	<-ctx.Done()
+	log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout)
+	drain, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	admin.Shutdown(drain)
+	if err := public.Shutdown(drain); err != nil {
+		log.Warn("drain timed out; closing remaining connections", "err", err)
+		public.Close()
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// listen binds addr (so a taken port fails the start) and serves h on it.
+// The timeouts stop slow clients from holding connections open without
+// ever cutting a long response stream: no write timeout, and the read
+// timeout covers only the headers.
+func listen(addr string, h http.Handler, log *slog.Logger, name string) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s listener: %w", name, err)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("listener failed", "listener", name, "err", err)
+		}
+	}()
+	log.Info("listening", "listener", name, "addr", ln.Addr().String())
+	return srv, nil
+}
+
+// sweep drops idle counters every 10 s so memory follows active callers.
+func sweep(ctx context.Context, store *limits.Memory, log *slog.Logger) {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if n := store.Sweep(now); n > 0 {
+				log.Debug("dropped idle rate-limit counters", "count", n)
+			}
+		}
+	}
+}

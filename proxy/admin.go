@@ -1,0 +1,70 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
+)
+
+// AdminHandler serves the admin listener: /metrics from g, /healthz and
+// /readyz. It must never be mounted on the public listener.
+func (p *Proxy) AdminHandler(g prometheus.Gatherer) http.Handler {
+	r := chi.NewRouter()
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{
+		ErrorHandling:     promhttp.ContinueOnError,
+		EnableOpenMetrics: false,
+	}))
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Write([]byte("ok\n"))
+	})
+	r.Get("/readyz", p.readyz)
+	return r
+}
+
+// readyz is 200 while the proxy serves as configured. The in-memory store
+// cannot become unreachable; the Redis store of a later release reports its
+// state here.
+func (p *Proxy) readyz(w http.ResponseWriter, _ *http.Request) {
+	body := map[string]any{
+		"status":             "ready",
+		"store":              "memory",
+		"store_state":        "ok",
+		"rate_limit_enabled": p.cfg.RateLimitEnabled,
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(body)
+}
+
+// registerStoreStats exports the store's bookkeeping: tracked keys and
+// evictions by reason.
+func registerStoreStats(reg prometheus.Registerer, stats func() limits.MemoryStats) error {
+	cs := []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ratelimit_proxy_tracked_keys",
+			Help: "Rate-limit counters (rule and key) held in memory.",
+		}, func() float64 { return float64(stats().Keys) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "ratelimit_proxy_evictions_total",
+			Help:        "Counters dropped from memory: expired (idle) or capacity (max_tracked_keys reached, least recently used).",
+			ConstLabels: prometheus.Labels{"reason": "expired"},
+		}, func() float64 { return float64(stats().ExpiredEvictions) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "ratelimit_proxy_evictions_total",
+			Help:        "Counters dropped from memory: expired (idle) or capacity (max_tracked_keys reached, least recently used).",
+			ConstLabels: prometheus.Labels{"reason": "capacity"},
+		}, func() float64 { return float64(stats().CapacityEvicted) }),
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

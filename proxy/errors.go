@@ -1,0 +1,143 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// Error codes of SPEC §5.
+const (
+	codeUnauthorized    = "unauthorized"
+	codeRateLimited     = "rate_limited"
+	codeInvalidRequest  = "invalid_request"
+	codeUpstreamDown    = "upstream_unavailable"
+	codeUpstreamTimeout = "upstream_timeout"
+	codeStoreDown       = "rate_limiter_unavailable"
+)
+
+// field is one top-level member an error body adds to its envelope.
+type field struct {
+	name  string
+	value any
+}
+
+// apiError is an error the proxy answers itself.
+type apiError struct {
+	status  int
+	code    string
+	message string
+	fields  []field // top-level members besides the envelope, in order
+}
+
+// envelope is the error format a path's clients parse (SPEC §5).
+type envelope int
+
+const (
+	envFlat envelope = iota
+	envOpenAI
+	envAnthropic
+)
+
+func envelopeFor(path string, flat bool) envelope {
+	switch {
+	case flat:
+		return envFlat
+	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):
+		return envAnthropic
+	case strings.HasPrefix(path, "/v1/"):
+		return envOpenAI
+	default:
+		return envFlat
+	}
+}
+
+// errorType is both providers' name for the category of a status.
+func errorType(status int) string {
+	switch {
+	case status == http.StatusUnauthorized:
+		return "authentication_error"
+	case status == http.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case status == http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case status >= 500:
+		return "api_error"
+	default:
+		return "invalid_request_error"
+	}
+}
+
+// body renders e in env. Values are marshalled one by one so the members
+// keep a stable, readable order.
+func (e *apiError) body(env envelope) []byte {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	switch env {
+	case envAnthropic:
+		b.WriteString(`"type":"error","error":{"type":`)
+		writeJSON(&b, errorType(e.status))
+		b.WriteString(`,"code":`)
+		writeJSON(&b, e.code)
+		b.WriteString(`,"message":`)
+		writeJSON(&b, e.message)
+		b.WriteByte('}')
+	case envOpenAI:
+		b.WriteString(`"error":{"message":`)
+		writeJSON(&b, e.message)
+		b.WriteString(`,"type":`)
+		writeJSON(&b, errorType(e.status))
+		b.WriteString(`,"code":`)
+		writeJSON(&b, e.code)
+		b.WriteString(`,"param":null}`)
+	default:
+		b.WriteString(`"error":`)
+		writeJSON(&b, e.code)
+		b.WriteString(`,"message":`)
+		writeJSON(&b, e.message)
+	}
+	for _, f := range e.fields {
+		b.WriteByte(',')
+		writeJSON(&b, f.name)
+		b.WriteByte(':')
+		writeJSON(&b, f.value)
+	}
+	b.WriteString("}\n")
+	return b.Bytes()
+}
+
+func writeJSON(b *bytes.Buffer, v any) {
+	switch x := v.(type) {
+	case string:
+		// Strings here are our own codes, messages and key forms, but a key
+		// part may carry client bytes: always escape.
+		out, _ := json.Marshal(x)
+		b.Write(out)
+	case int64:
+		b.WriteString(strconv.FormatInt(x, 10))
+	case int:
+		b.WriteString(strconv.Itoa(x))
+	default:
+		out, err := json.Marshal(x)
+		if err != nil {
+			b.WriteString("null")
+			return
+		}
+		b.Write(out)
+	}
+}
+
+// writeError answers e in the envelope of r's path. Headers already set on
+// w (rate-limit headers, Retry-After) are kept.
+func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, e *apiError) {
+	body := e.body(envelopeFor(r.URL.Path, p.flatErrors))
+	h := w.Header()
+	h["Content-Type"] = []string{"application/json"}
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	h["Cache-Control"] = []string{"no-store"}
+	h["X-Content-Type-Options"] = []string{"nosniff"}
+	w.WriteHeader(e.status)
+	w.Write(body)
+}

@@ -1,0 +1,178 @@
+package proxy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// clientIPs finds the client address of a request under the trust model of
+// SPEC §4.5: the socket peer, unless the peer is a trusted proxy, in which
+// case X-Forwarded-For (else Forwarded) is walked right to left past
+// trusted hops.
+type clientIPs struct {
+	trusted    []netip.Prefix
+	ipv6Prefix int
+}
+
+// trustedPeer reports whether the socket peer of r is a trusted proxy.
+func (c *clientIPs) trustedPeer(r *http.Request) bool {
+	if len(c.trusted) == 0 {
+		return false
+	}
+	return c.isTrusted(peerAddr(r))
+}
+
+func (c *clientIPs) isTrusted(a netip.Addr) bool {
+	if !a.IsValid() {
+		return false
+	}
+	for _, p := range c.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// peerAddr is the socket peer of r; invalid when RemoteAddr is not an
+// IP:port (a unix socket, a test double).
+func peerAddr(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		a, err := netip.ParseAddr(r.RemoteAddr)
+		if err != nil {
+			return netip.Addr{}
+		}
+		return a.Unmap()
+	}
+	return ap.Addr().Unmap()
+}
+
+// clientIP returns the client address of r.
+func (c *clientIPs) clientIP(r *http.Request) netip.Addr {
+	peer := peerAddr(r)
+	if !c.isTrusted(peer) {
+		return peer
+	}
+	if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+		return c.walk(peer, xff, parseXFFHop)
+	}
+	if fwd := r.Header.Values("Forwarded"); len(fwd) > 0 {
+		return c.walk(peer, fwd, parseForwardedHop)
+	}
+	return peer
+}
+
+// walk goes through the comma-separated hops of the header lines, right to
+// left, and returns the first address that is not a trusted proxy. An
+// unparsable hop ends the walk at the last trusted hop seen: what lies
+// beyond it was written by the client and proves nothing.
+func (c *clientIPs) walk(peer netip.Addr, lines []string, parse func(string) (netip.Addr, bool)) netip.Addr {
+	last := peer
+	for i := len(lines) - 1; i >= 0; i-- {
+		line := lines[i]
+		for line != "" {
+			var hop string
+			if j := strings.LastIndexByte(line, ','); j >= 0 {
+				hop, line = line[j+1:], line[:j]
+			} else {
+				hop, line = line, ""
+			}
+			hop = strings.TrimSpace(hop)
+			if hop == "" {
+				continue
+			}
+			a, ok := parse(hop)
+			if !ok {
+				return last
+			}
+			if !c.isTrusted(a) {
+				return a
+			}
+			last = a
+		}
+	}
+	return last // every hop is trusted: the leftmost is the client
+}
+
+func parseXFFHop(s string) (netip.Addr, bool) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap(), true
+	}
+	// Some proxies write ip:port or [v6]:port.
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap(), true
+	}
+	return netip.Addr{}, false
+}
+
+// parseForwardedHop reads the for= parameter of one RFC 7239 element.
+func parseForwardedHop(elem string) (netip.Addr, bool) {
+	for _, pair := range strings.Split(elem, ";") {
+		k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok || !strings.EqualFold(k, "for") {
+			continue
+		}
+		v = strings.Trim(v, `"`)
+		if strings.HasPrefix(v, "[") { // "[2001:db8::1]:4711" or "[2001:db8::1]"
+			if end := strings.IndexByte(v, ']'); end > 0 {
+				v = v[1:end]
+			}
+		} else if h, _, found := strings.Cut(v, ":"); found && strings.Count(v, ":") == 1 {
+			v = h
+		}
+		return parseXFFHop(v)
+	}
+	return netip.Addr{}, false
+}
+
+// caller is who a request is counted as.
+type caller struct {
+	value   string // the caller key part's value: "key:<16 hex>" or "ip:<addr or v6 prefix>"
+	logged  string // its log form: API key hash, or the IP truncated to /24 or /48
+	hasCred bool   // an API key was presented
+}
+
+// identify builds the caller of r (SPEC §4.1): the API key, else the client
+// IP. The raw key never leaves this function; only its hash does.
+func (c *clientIPs) identify(r *http.Request) caller {
+	if tok := apiKey(r); tok != "" {
+		v := hashKey(tok)
+		return caller{value: v, logged: v, hasCred: true}
+	}
+	ip := c.clientIP(r)
+	if !ip.IsValid() {
+		return caller{value: "ip:unknown", logged: "ip:unknown"}
+	}
+	if ip.Is6() {
+		p, _ := ip.Prefix(c.ipv6Prefix)
+		lp, _ := ip.Prefix(min(48, c.ipv6Prefix))
+		return caller{value: "ip:" + p.String(), logged: "ip:" + lp.String()}
+	}
+	lp, _ := ip.Prefix(24)
+	return caller{value: "ip:" + ip.String(), logged: "ip:" + lp.String()}
+}
+
+// apiKey returns the bearer token, else X-API-Key; "" when neither has a
+// non-empty value.
+func apiKey(r *http.Request) string {
+	if a := r.Header.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
+		if tok := strings.TrimSpace(a[7:]); tok != "" {
+			return tok
+		}
+	}
+	return strings.TrimSpace(r.Header.Get("X-Api-Key"))
+}
+
+// hashKey is the public form of an API key: the first 16 hex digits of its
+// SHA-256 (64 bits: collisions between real keys are negligible).
+func hashKey(tok string) string {
+	sum := sha256.Sum256([]byte(tok))
+	var b [4 + 16]byte
+	copy(b[:], "key:")
+	hex.Encode(b[4:], sum[:8])
+	return string(b[:])
+}

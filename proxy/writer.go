@@ -1,0 +1,108 @@
+package proxy
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
+)
+
+// exchange is one request's pass through the proxy: it wraps the
+// ResponseWriter once, remembers the status for the metrics, and stamps the
+// rate-limit headers on whatever response goes out (the upstream's, a 429,
+// or the proxy's own errors after the limiter), replacing any the upstream
+// sent under the same names. Exchanges are pooled; none outlives ServeHTTP.
+type exchange struct {
+	http.ResponseWriter
+	status      int
+	decision    string // metrics label; set by the guard, refined on forwarding errors
+	forwardedAt time.Time // zero until the request leaves for the upstream
+	route       *routeMetrics
+	now         func() time.Time
+
+	limited bool // a rule decided this request: stamp its headers
+	rule    *ruleHeaders
+	dec     limits.Decision
+
+	hits [1]limits.Hit
+	out  [1]limits.Decision
+}
+
+// ruleHeaders is what never changes in a rule's headers, rendered once.
+type ruleHeaders struct {
+	rule   *limits.Rule
+	quoted string // "chat_rpm", as a structured-field string
+	policy string // "chat_rpm";q=20;w=60
+}
+
+func newRuleHeaders(r *limits.Rule) *ruleHeaders {
+	q := strconv.Quote(r.Name) // names are [a-z0-9_.-]: no escapes needed
+	return &ruleHeaders{
+		rule:   r,
+		quoted: q,
+		policy: q + ";q=" + strconv.FormatInt(r.Limit, 10) + ";w=" + strconv.FormatInt(int64(r.Window/time.Second), 10),
+	}
+}
+
+var _ http.ResponseWriter = (*exchange)(nil)
+
+// Unwrap lets http.ResponseController reach the connection (Flush for
+// streams, Hijack for upgrades).
+func (e *exchange) Unwrap() http.ResponseWriter { return e.ResponseWriter }
+
+func (e *exchange) WriteHeader(code int) {
+	if e.status != 0 {
+		return
+	}
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		e.ResponseWriter.WriteHeader(code) // informational: the final status follows
+		return
+	}
+	e.status = code
+	if !e.forwardedAt.IsZero() {
+		e.route.upstream.Observe(e.now().Sub(e.forwardedAt).Seconds())
+	}
+	if e.limited {
+		e.stamp(e.ResponseWriter.Header())
+	}
+	e.ResponseWriter.WriteHeader(code)
+}
+
+func (e *exchange) Write(b []byte) (int, error) {
+	if e.status == 0 {
+		e.WriteHeader(http.StatusOK)
+	}
+	return e.ResponseWriter.Write(b)
+}
+
+// stamp sets the X-RateLimit-* and RateLimit headers of SPEC §5.
+func (e *exchange) stamp(h http.Header) {
+	d := &e.dec
+	remaining := strconv.FormatInt(d.Remaining, 10)
+	t := d.NextAfter
+	if !d.Allowed {
+		t = d.RetryAfter
+	}
+	h["X-Ratelimit-Limit"] = []string{strconv.FormatInt(d.Limit, 10)}
+	h["X-Ratelimit-Remaining"] = []string{remaining}
+	h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(ceilSeconds(d.ResetAfter), 10)}
+	h["Ratelimit-Policy"] = []string{e.rule.policy}
+	h["Ratelimit"] = []string{e.rule.quoted + ";r=" + remaining + ";t=" + strconv.FormatInt(ceilSeconds(t), 10)}
+}
+
+// ceilSeconds rounds d up to whole seconds.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// ceilMillis rounds d up to whole milliseconds.
+func ceilMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
