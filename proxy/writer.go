@@ -16,7 +16,7 @@ import (
 type exchange struct {
 	http.ResponseWriter
 	status      int
-	decision    string // metrics label; set by the guard, refined on forwarding errors
+	decision    string    // metrics label; set by the guard, refined on forwarding errors
 	forwardedAt time.Time // zero until the request leaves for the upstream
 	route       *routeMetrics
 	now         func() time.Time
