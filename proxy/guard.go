@@ -34,7 +34,7 @@ func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time) bool {
 	}
 	x.limited, x.rule, x.dec = true, p.chatRule, x.out[0]
 	if !allowed {
-		p.refuse(x, r, &x.hits[0], "caller="+c.logged)
+		p.refuse(x, r, &x.hits[0], "caller="+c.logged())
 		return false
 	}
 	return true

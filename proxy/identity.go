@@ -131,29 +131,44 @@ func parseForwardedHop(elem string) (netip.Addr, bool) {
 
 // caller is who a request is counted as.
 type caller struct {
-	value   string // the caller key part's value: "key:<16 hex>" or "ip:<addr or v6 prefix>"
-	logged  string // its log form: API key hash, or the IP truncated to /24 or /48
-	hasCred bool   // an API key was presented
+	value   string     // the caller key part's value: "key:<16 hex>" or "ip:<addr or v6 prefix>"
+	ip      netip.Addr // the client address, when value is an IP
+	hasCred bool       // an API key was presented
+}
+
+// logged is the caller in its log form: the API key hash, or the IP
+// truncated to /24 (IPv4) or /48 (IPv6). Built only when a line is logged.
+func (c caller) logged() string {
+	if !c.ip.IsValid() {
+		return c.value
+	}
+	bits := 24
+	if c.ip.Is6() {
+		bits = 48
+	}
+	p, _ := c.ip.Prefix(bits)
+	return "ip:" + p.String()
 }
 
 // identify builds the caller of r (SPEC §4.1): the API key, else the client
 // IP. The raw key never leaves this function; only its hash does.
 func (c *clientIPs) identify(r *http.Request) caller {
 	if tok := apiKey(r); tok != "" {
-		v := hashKey(tok)
-		return caller{value: v, logged: v, hasCred: true}
+		return caller{value: hashKey(tok), hasCred: true}
 	}
 	ip := c.clientIP(r)
 	if !ip.IsValid() {
-		return caller{value: "ip:unknown", logged: "ip:unknown"}
+		return caller{value: "ip:unknown"}
 	}
+	var buf [64]byte
+	b := append(buf[:0], "ip:"...)
 	if ip.Is6() {
 		p, _ := ip.Prefix(c.ipv6Prefix)
-		lp, _ := ip.Prefix(min(48, c.ipv6Prefix))
-		return caller{value: "ip:" + p.String(), logged: "ip:" + lp.String()}
+		b = p.AppendTo(b)
+	} else {
+		b = ip.AppendTo(b)
 	}
-	lp, _ := ip.Prefix(24)
-	return caller{value: "ip:" + ip.String(), logged: "ip:" + lp.String()}
+	return caller{value: string(b), ip: ip}
 }
 
 // apiKey returns the bearer token, else X-API-Key; "" when neither has a

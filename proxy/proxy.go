@@ -135,13 +135,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	route, protected := p.route(r)
 	x.route = p.metrics.route(route)
-	if protected && !p.guard(x, r, start) {
-		x.route.requests[x.decision].Inc()
-		return
-	}
-	x.forwardedAt = p.now()
 	if protected {
+		pass := p.guard(x, r, start)
+		x.forwardedAt = p.now()
 		x.route.guard.Observe(x.forwardedAt.Sub(start).Seconds())
+		if !pass {
+			x.route.requests[x.decision].Inc()
+			return
+		}
+	} else {
+		x.forwardedAt = p.now()
 	}
 	p.forward.ServeHTTP(x, r)
 	x.route.requests[x.decision].Inc()

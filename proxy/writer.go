@@ -30,10 +30,13 @@ type exchange struct {
 }
 
 // ruleHeaders is what never changes in a rule's headers, rendered once.
+// The value slices are shared by every response and never written to (a
+// later Header.Add on a full slice copies it).
 type ruleHeaders struct {
 	rule   *limits.Rule
-	quoted string // "chat_rpm", as a structured-field string
-	policy string // "chat_rpm";q=20;w=60
+	quoted string   // "chat_rpm", as a structured-field string
+	limit  []string // X-RateLimit-Limit
+	policy []string // RateLimit-Policy: "chat_rpm";q=20;w=60
 }
 
 func newRuleHeaders(r *limits.Rule) *ruleHeaders {
@@ -41,8 +44,25 @@ func newRuleHeaders(r *limits.Rule) *ruleHeaders {
 	return &ruleHeaders{
 		rule:   r,
 		quoted: q,
-		policy: q + ";q=" + strconv.FormatInt(r.Limit, 10) + ";w=" + strconv.FormatInt(int64(r.Window/time.Second), 10),
+		limit:  []string{strconv.FormatInt(r.Limit, 10)},
+		policy: []string{q + ";q=" + strconv.FormatInt(r.Limit, 10) + ";w=" + strconv.FormatInt(int64(r.Window/time.Second), 10)},
 	}
+}
+
+// smallInts holds the header values of 0…1023, shared like ruleHeaders':
+// remaining counts and resets in seconds are nearly always small.
+var smallInts = func() (t [1024][]string) {
+	for i := range t {
+		t[i] = []string{strconv.Itoa(i)}
+	}
+	return t
+}()
+
+func intValue(n int64) []string {
+	if n >= 0 && n < int64(len(smallInts)) {
+		return smallInts[n]
+	}
+	return []string{strconv.FormatInt(n, 10)}
 }
 
 var _ http.ResponseWriter = (*exchange)(nil)
@@ -79,16 +99,20 @@ func (e *exchange) Write(b []byte) (int, error) {
 // stamp sets the X-RateLimit-* and RateLimit headers of SPEC §5.
 func (e *exchange) stamp(h http.Header) {
 	d := &e.dec
-	remaining := strconv.FormatInt(d.Remaining, 10)
+	remaining := intValue(d.Remaining)
 	t := d.NextAfter
 	if !d.Allowed {
 		t = d.RetryAfter
 	}
-	h["X-Ratelimit-Limit"] = []string{strconv.FormatInt(d.Limit, 10)}
-	h["X-Ratelimit-Remaining"] = []string{remaining}
-	h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(ceilSeconds(d.ResetAfter), 10)}
-	h["Ratelimit-Policy"] = []string{e.rule.policy}
-	h["Ratelimit"] = []string{e.rule.quoted + ";r=" + remaining + ";t=" + strconv.FormatInt(ceilSeconds(t), 10)}
+	limit := e.rule.limit
+	if d.Limit != e.rule.rule.Limit {
+		limit = intValue(d.Limit)
+	}
+	h["X-Ratelimit-Limit"] = limit
+	h["X-Ratelimit-Remaining"] = remaining
+	h["X-Ratelimit-Reset"] = intValue(ceilSeconds(d.ResetAfter))
+	h["Ratelimit-Policy"] = e.rule.policy
+	h["Ratelimit"] = []string{e.rule.quoted + ";r=" + remaining[0] + ";t=" + intValue(ceilSeconds(t))[0]}
 }
 
 // ceilSeconds rounds d up to whole seconds.
