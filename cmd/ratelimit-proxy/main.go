@@ -4,6 +4,7 @@
 //	ratelimit-proxy -demo                    # in front of a built-in mock API
 //	ratelimit-proxy -config config.toml      # normal start
 //	ratelimit-proxy -check -config config.toml
+//	ratelimit-proxy -mock                    # only the mock API, on LISTEN_ADDR
 //
 // main only wires: load the configuration, build the components, start the
 // listeners, wait for a signal, drain.
@@ -44,6 +45,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfgPath := fs.String("config", "", "TOML configuration `file`; environment variables override it")
 	check := fs.Bool("check", false, "validate the configuration, print the effective settings and exit")
 	demo := fs.Bool("demo", false, "run in front of a built-in OpenAI-compatible mock API on loopback")
+	mock := fs.Bool("mock", false, "serve only the built-in mock API on LISTEN_ADDR (a demo upstream for compose)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -53,7 +55,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	cfg, err := config.Load(*cfgPath, nil)
-	cfg.Demo = *demo
+	cfg.Demo = *demo || *mock
 	if err == nil {
 		err = cfg.Validate()
 	}
@@ -70,7 +72,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	log := newLogger(cfg, stderr)
-	if err := serve(cfg, log); err != nil {
+	if *mock {
+		err = serveMock(cfg, log)
+	} else {
+		err = serve(cfg, log)
+	}
+	if err != nil {
 		log.Error("stopped", "err", err)
 		return 1
 	}
@@ -188,4 +195,19 @@ func sweep(ctx context.Context, store *limits.Memory, log *slog.Logger) {
 			}
 		}
 	}
+}
+
+// serveMock serves the built-in mock API alone on LISTEN_ADDR until
+// SIGINT or SIGTERM.
+func serveMock(cfg config.Config, log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	srv, err := listen(cfg.ListenAddr, mockapi.New(), log, "mock")
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	drain, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	return srv.Shutdown(drain)
 }
