@@ -113,7 +113,7 @@ wrk.headers["Content-Type"] = "application/json"
 EOF
 
 # ---------------------------------------------------------------- nginx ---
-# nginx_conf DIR: the settings both nginx instances share. Every path the
+# nginx_common DIR: the top-level settings both nginx instances share. Every path the
 # binary would otherwise take from its compiled-in defaults (/var/lib/nginx,
 # /run, /var/log) is redirected into DIR.
 nginx_common() {
