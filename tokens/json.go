@@ -1,0 +1,451 @@
+package tokens
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// jsonReader is a pull parser over a stream that hands string contents
+// out in pieces and skips what it is not asked for, so memory stays
+// bounded whatever the size of a value. encoding/json (and jsontext)
+// would materialise every string, base64 images included, in full; the
+// token cap must cost what the cap allows, not what the client sent.
+// It validates as it goes: a syntax error is an *InvalidError.
+type jsonReader struct {
+	r     *bufio.Reader
+	off   int64 // bytes consumed
+	depth int
+	// capture, when non-nil, receives every byte consumed (a raw copy of
+	// the values read while it is set), up to captureMax.
+	capture    []byte
+	capturing  bool
+	captureMax int
+	scratch    [utf8.UTFMax]byte
+}
+
+const maxDepth = 256
+
+// InvalidError is a body that cannot be parsed. Its message says where and
+// why, never what the body contained.
+type InvalidError struct{ msg string }
+
+func (e *InvalidError) Error() string { return e.msg }
+
+// errCaptureFull stops a capture that grew past its bound.
+var errCaptureFull = errors.New("captured value too large")
+
+func newJSONReader(r io.Reader) *jsonReader {
+	return &jsonReader{r: bufio.NewReaderSize(r, 16<<10)}
+}
+
+func (j *jsonReader) fail(format string, args ...any) error {
+	return &InvalidError{msg: fmt.Sprintf("invalid JSON at byte %d: ", j.off) + fmt.Sprintf(format, args...)}
+}
+
+func (j *jsonReader) readByte() (byte, error) {
+	c, err := j.r.ReadByte()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return 0, j.fail("unexpected end of input")
+		}
+		return 0, err
+	}
+	j.off++
+	if j.capturing {
+		if len(j.capture) >= j.captureMax {
+			return 0, errCaptureFull
+		}
+		j.capture = append(j.capture, c)
+	}
+	return c, nil
+}
+
+// peek skips whitespace and returns the next byte without consuming it.
+func (j *jsonReader) peek() (byte, error) {
+	for {
+		b, err := j.r.Peek(1)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return 0, j.fail("unexpected end of input")
+			}
+			return 0, err
+		}
+		switch b[0] {
+		case ' ', '\t', '\n', '\r':
+			j.readByte()
+		default:
+			return b[0], nil
+		}
+	}
+}
+
+// end checks that only whitespace follows the top-level value.
+func (j *jsonReader) end() error {
+	_, err := j.peek()
+	var inv *InvalidError
+	if errors.As(err, &inv) {
+		return nil // end of input
+	}
+	if err != nil {
+		return err
+	}
+	return j.fail("data after the top-level value")
+}
+
+func (j *jsonReader) expect(c byte) error {
+	if _, err := j.peek(); err != nil {
+		return err
+	}
+	got, err := j.readByte()
+	if err != nil {
+		return err
+	}
+	if got != c {
+		return j.fail("expected %q, found %q", c, got)
+	}
+	return nil
+}
+
+// object reads an object; field is called for each key and must consume
+// its value (with skip if it has no use for it).
+func (j *jsonReader) object(field func(key []byte) error) error {
+	if err := j.expect('{'); err != nil {
+		return err
+	}
+	if j.depth++; j.depth > maxDepth {
+		return j.fail("nesting deeper than %d", maxDepth)
+	}
+	defer func() { j.depth-- }()
+	var keyBuf [64]byte
+	for first := true; ; first = false {
+		c, err := j.peek()
+		if err != nil {
+			return err
+		}
+		if c == '}' && first {
+			_, err := j.readByte()
+			return err
+		}
+		if !first {
+			sep, err := j.readByte()
+			if err != nil {
+				return err
+			}
+			if sep == '}' {
+				return nil
+			}
+			if sep != ',' {
+				return j.fail("expected ',' or '}' in object")
+			}
+			if _, err := j.peek(); err != nil {
+				return err
+			}
+		}
+		key := keyBuf[:0]
+		if err := j.str(func(p []byte) error {
+			if len(key)+len(p) <= 256 { // longer keys are no key we look for
+				key = append(key, p...)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := j.expect(':'); err != nil {
+			return err
+		}
+		if _, err := j.peek(); err != nil {
+			return err
+		}
+		if err := field(key); err != nil {
+			return err
+		}
+	}
+}
+
+// array reads an array; elem is called for each element and must consume it.
+func (j *jsonReader) array(elem func(i int) error) error {
+	if err := j.expect('['); err != nil {
+		return err
+	}
+	if j.depth++; j.depth > maxDepth {
+		return j.fail("nesting deeper than %d", maxDepth)
+	}
+	defer func() { j.depth-- }()
+	for i := 0; ; i++ {
+		c, err := j.peek()
+		if err != nil {
+			return err
+		}
+		if c == ']' && i == 0 {
+			_, err := j.readByte()
+			return err
+		}
+		if i > 0 {
+			sep, err := j.readByte()
+			if err != nil {
+				return err
+			}
+			if sep == ']' {
+				return nil
+			}
+			if sep != ',' {
+				return j.fail("expected ',' or ']' in array")
+			}
+			if _, err := j.peek(); err != nil {
+				return err
+			}
+		}
+		if err := elem(i); err != nil {
+			return err
+		}
+	}
+}
+
+// str reads a string, handing its unescaped contents to sink in pieces of
+// at most a few KiB (a piece never splits an escape; it may split a UTF-8
+// sequence of the raw input).
+func (j *jsonReader) str(sink func([]byte) error) error {
+	if err := j.expect('"'); err != nil {
+		return err
+	}
+	var buf [4096]byte
+	out := buf[:0]
+	flush := func() error {
+		if len(out) == 0 {
+			return nil
+		}
+		err := sink(out)
+		out = buf[:0]
+		return err
+	}
+	for {
+		if len(out) > len(buf)-8 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		c, err := j.readByte()
+		if err != nil {
+			return err
+		}
+		switch {
+		case c == '"':
+			return flush()
+		case c < 0x20:
+			return j.fail("control character in string")
+		case c != '\\':
+			out = append(out, c)
+			continue
+		}
+		e, err := j.readByte()
+		if err != nil {
+			return err
+		}
+		switch e {
+		case '"', '\\', '/':
+			out = append(out, e)
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r, err := j.hex4()
+			if err != nil {
+				return err
+			}
+			if utf16.IsSurrogate(r) {
+				r = j.lowSurrogate(r)
+			}
+			out = utf8.AppendRune(out, r)
+		default:
+			return j.fail("invalid escape")
+		}
+	}
+}
+
+func (j *jsonReader) hex4() (rune, error) {
+	var r rune
+	for i := 0; i < 4; i++ {
+		c, err := j.readByte()
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, j.fail("invalid \\u escape")
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, nil
+}
+
+// lowSurrogate completes a surrogate pair when "\uDC00"… follows; a lone
+// surrogate becomes U+FFFD, as encoding/json decodes it.
+func (j *jsonReader) lowSurrogate(hi rune) rune {
+	b, err := j.r.Peek(6)
+	if err != nil || b[0] != '\\' || b[1] != 'u' {
+		return utf8.RuneError
+	}
+	var lo rune
+	for _, c := range b[2:] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return utf8.RuneError
+		}
+		lo = lo<<4 | rune(c)
+	}
+	r := utf16.DecodeRune(hi, lo)
+	if r == utf8.RuneError {
+		return r
+	}
+	for i := 0; i < 6; i++ {
+		j.readByte()
+	}
+	return r
+}
+
+// stringValue reads a string of at most max bytes (longer: truncated).
+func (j *jsonReader) stringValue(max int) (string, error) {
+	var b []byte
+	err := j.str(func(p []byte) error {
+		if room := max - len(b); room > 0 {
+			b = append(b, p[:min(room, len(p))]...)
+		}
+		return nil
+	})
+	return string(b), err
+}
+
+// kind reports the type of the next value: '"', '{', '[', 'n' (number),
+// 't', 'f' or 'l' (null).
+func (j *jsonReader) kind() (byte, error) {
+	c, err := j.peek()
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case c == '"' || c == '{' || c == '[':
+		return c, nil
+	case c == '-' || c >= '0' && c <= '9':
+		return 'n', nil
+	case c == 't' || c == 'f':
+		return c, nil
+	case c == 'n':
+		return 'l', nil
+	}
+	return 0, j.fail("unexpected %q", c)
+}
+
+// skip consumes one value of any type, validating it.
+func (j *jsonReader) skip() error {
+	k, err := j.kind()
+	if err != nil {
+		return err
+	}
+	switch k {
+	case '"':
+		return j.str(func([]byte) error { return nil })
+	case '{':
+		return j.object(func([]byte) error { return j.skip() })
+	case '[':
+		return j.array(func(int) error { return j.skip() })
+	case 'n':
+		return j.number()
+	case 't':
+		return j.literal("true")
+	case 'f':
+		return j.literal("false")
+	default:
+		return j.literal("null")
+	}
+}
+
+func (j *jsonReader) literal(s string) error {
+	for i := 0; i < len(s); i++ {
+		c, err := j.readByte()
+		if err != nil {
+			return err
+		}
+		if c != s[i] {
+			return j.fail("invalid literal")
+		}
+	}
+	return nil
+}
+
+// number consumes a number (RFC 8259 grammar).
+func (j *jsonReader) number() error {
+	digits := func() (int, error) {
+		n := 0
+		for {
+			b, err := j.r.Peek(1)
+			if err != nil || b[0] < '0' || b[0] > '9' {
+				return n, nil
+			}
+			j.readByte()
+			n++
+		}
+	}
+	if b, _ := j.r.Peek(1); len(b) == 1 && b[0] == '-' {
+		j.readByte()
+	}
+	b, err := j.r.Peek(1)
+	if err != nil {
+		return j.fail("invalid number")
+	}
+	if b[0] == '0' {
+		j.readByte()
+	} else if n, _ := digits(); n == 0 {
+		return j.fail("invalid number")
+	}
+	if b, _ := j.r.Peek(1); len(b) == 1 && b[0] == '.' {
+		j.readByte()
+		if n, _ := digits(); n == 0 {
+			return j.fail("invalid number")
+		}
+	}
+	if b, _ := j.r.Peek(1); len(b) == 1 && (b[0] == 'e' || b[0] == 'E') {
+		j.readByte()
+		if b, _ := j.r.Peek(1); len(b) == 1 && (b[0] == '+' || b[0] == '-') {
+			j.readByte()
+		}
+		if n, _ := digits(); n == 0 {
+			return j.fail("invalid number")
+		}
+	}
+	return nil
+}
+
+// captureValue consumes one value and returns its raw JSON text, or
+// errCaptureFull past max bytes (the value is then not fully consumed).
+func (j *jsonReader) captureValue(max int) ([]byte, error) {
+	if _, err := j.peek(); err != nil {
+		return nil, err
+	}
+	j.capture, j.capturing, j.captureMax = j.capture[:0], true, max
+	err := j.skip()
+	j.capturing = false
+	return j.capture, err
+}

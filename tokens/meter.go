@@ -1,0 +1,72 @@
+package tokens
+
+import "errors"
+
+// errStop unwinds a count once the running total has passed the limit.
+var errStop = errors.New("token limit passed")
+
+// meter keeps the running total of one request and stops it past limit.
+// Text values arrive in pieces; each value is counted as a whole (a token
+// never spans two values), in chunks cut where the count stays exact.
+type meter struct {
+	c       counter
+	limit   int // negative: none
+	total   int
+	pending []byte
+}
+
+func (m *meter) over() bool { return m.limit >= 0 && m.total > m.limit }
+
+// add counts n tokens of overhead.
+func (m *meter) add(n int) error {
+	m.total += n
+	if m.over() {
+		return errStop
+	}
+	return nil
+}
+
+func (m *meter) budget() int {
+	if m.limit < 0 {
+		return -1
+	}
+	return max(m.limit-m.total, 0)
+}
+
+// text takes the next piece of the current value.
+func (m *meter) text(p []byte) error {
+	m.pending = append(m.pending, p...)
+	if len(m.pending) < 2*chunkBytes {
+		return nil
+	}
+	cut := safeCut(m.pending, chunkBytes)
+	m.total += m.c.countBytes(m.pending[:cut], m.budget())
+	m.pending = append(m.pending[:0], m.pending[cut:]...)
+	if m.over() {
+		return errStop
+	}
+	return nil
+}
+
+// endText counts the rest of the current value.
+func (m *meter) endText() error {
+	if len(m.pending) > 0 {
+		m.total += m.c.countBytes(m.pending, m.budget())
+		m.pending = m.pending[:0]
+	}
+	if m.over() {
+		return errStop
+	}
+	return nil
+}
+
+// value counts a whole text value.
+func (m *meter) value(s string) error {
+	if err := m.text(bytesOf(s)); err != nil {
+		return err
+	}
+	return m.endText()
+}
+
+// stream returns a sink for jsonReader.str that counts the string read.
+func (m *meter) stream() func([]byte) error { return m.text }

@@ -1,0 +1,101 @@
+package tokens
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"unicode/utf8"
+
+	tiktoken "github.com/pkoukk/tiktoken-go"
+	loader "github.com/pkoukk/tiktoken-go-loader"
+)
+
+// tiktoken-go is the reference this package's own pre-tokenizer and BPE
+// must agree with.
+var (
+	oracleOnce sync.Once
+	oracles    map[string]*tiktoken.Tiktoken
+)
+
+func oracle(t testing.TB, name string) *tiktoken.Tiktoken {
+	oracleOnce.Do(func() {
+		tiktoken.SetBpeLoader(loader.NewOfflineLoader())
+		oracles = map[string]*tiktoken.Tiktoken{}
+		for _, n := range []string{O200KBase, CL100KBase} {
+			enc, err := tiktoken.GetEncoding(n)
+			if err != nil {
+				panic(err)
+			}
+			oracles[n] = enc
+		}
+	})
+	return oracles[name]
+}
+
+var oracleCases = []string{
+	"",
+	"hello world",
+	"Hello, World! How's it going? I'LL be there; we've 12345 apples & 7 pears.",
+	"  leading and trailing spaces   ",
+	"tabs\tand\nnewlines\r\n\r\n  indented\n\n\nend\n",
+	"unicode: café naïve Ελληνικά русский 中文字符 日本語のテキスト 한국어 עברית العربية",
+	"emoji 😀👍🏽 family 👨‍👩‍👧 flags 🇮🇹🇪🇸",
+	"code: func main() { fmt.Println(\"hi\") }\n\tif x := y[0]; x != nil {\n\t\treturn\n\t}\n",
+	"path/to/file.go // comment /* block */ http://example.com/a/b?c=d",
+	"numbers 1 12 123 1234 12345678 3.14159 1,000,000 ١٢٣ ½ Ⅻ",
+	"MixedCASE camelCase PascalCase SCREAMING_SNAKE kebab-case O'Reilly DON'T 'tis 'S",
+	"marks: e\u0301 a\u0308 \u0301start n\u0303o",
+	"<|endoftext|> special <|fim_prefix|>",
+	strings.Repeat("ab", 3000),
+	strings.Repeat("word ", 2000),
+	strings.Repeat("x\n", 3000),
+	"\x00\x01 control \x7f bytes",
+	"invalid utf8 \xff\xfe here",
+	"  \n \n  x",
+	" \u00a0\u3000 unicode spaces\u2028line",
+}
+
+func TestMatchesTiktoken(t *testing.T) {
+	for _, name := range []string{O200KBase, CL100KBase} {
+		enc := newEncoding(name)
+		ref := oracle(t, name)
+		for _, text := range oracleCases {
+			got, err := enc.Count(text, -1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := len(ref.EncodeOrdinary(text)); got != want {
+				t.Errorf("%s: %q: %d tokens, tiktoken-go says %d", name, trunc(text), got, want)
+			}
+		}
+	}
+}
+
+func trunc(s string) string {
+	if len(s) > 60 {
+		return s[:60] + "…"
+	}
+	return s
+}
+
+func FuzzMatchesTiktoken(f *testing.F) {
+	for _, c := range oracleCases {
+		if len(c) < 500 {
+			f.Add(c)
+		}
+	}
+	encs := map[string]*Encoding{O200KBase: newEncoding(O200KBase), CL100KBase: newEncoding(CL100KBase)}
+	f.Fuzz(func(t *testing.T, text string) {
+		if len(text) > maxPiece || !utf8.ValidString(text) {
+			// Past maxPiece our count may differ by design; invalid UTF-8
+			// is compared in TestMatchesTiktoken.
+			return
+		}
+		for name, enc := range encs {
+			got, _ := enc.Count(text, -1)
+			if want := len(oracle(t, name).EncodeOrdinary(text)); got != want {
+				t.Fatalf("%s: %q: %d tokens, tiktoken-go says %d", name, text, got, want)
+			}
+		}
+	})
+}

@@ -1,0 +1,194 @@
+package tokens
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"mime"
+	"strings"
+)
+
+// Format is the API whose request shape a body follows.
+type Format int
+
+// Formats, chosen by path (FormatForPath).
+const (
+	FormatGeneric     Format = iota // any known text fields, no overhead
+	FormatChat                      // OpenAI /v1/chat/completions
+	FormatCompletions               // OpenAI /v1/completions
+	FormatEmbeddings                // OpenAI /v1/embeddings
+	FormatResponses                 // OpenAI /v1/responses
+	FormatMessages                  // Anthropic /v1/messages
+	FormatSeedChat                  // /api/chat: JSON or multipart message, system, files; +50
+)
+
+// SeedOverhead is the seed's format overhead for /api/chat.
+const SeedOverhead = 50
+
+// FormatForPath maps a request path to its format.
+func FormatForPath(path string) Format {
+	switch {
+	case strings.HasSuffix(path, "/chat/completions"):
+		return FormatChat
+	case strings.HasSuffix(path, "/completions"):
+		return FormatCompletions
+	case strings.HasSuffix(path, "/embeddings"):
+		return FormatEmbeddings
+	case strings.HasSuffix(path, "/responses"):
+		return FormatResponses
+	case strings.HasSuffix(path, "/messages"):
+		return FormatMessages
+	case path == "/api/chat":
+		return FormatSeedChat
+	}
+	return FormatGeneric
+}
+
+// Request is a body to estimate.
+type Request struct {
+	Format      Format
+	ContentType string
+	Body        io.ReaderAt // read more than once (a first pass finds the model)
+	Size        int64
+	Model       string // when set, overrides the body's model field
+}
+
+// Estimate is the result of counting a request.
+type Estimate struct {
+	Tokens   int
+	Model    string // the model counted for ("" when the body names none)
+	Encoding string // o200k_base, cl100k_base or Heuristic
+	// Stopped reports that counting ended early because Tokens passed the
+	// limit; Tokens is then the count reached, a lower bound of the full
+	// count and above the limit.
+	Stopped bool
+}
+
+// ErrInvalid is wrapped by every error about a body that cannot be parsed
+// as its content type says.
+var ErrInvalid = errors.New("invalid request body")
+
+// Estimate counts the input tokens of req, stopping once the count passes
+// limit (negative: count everything). A body that cannot be parsed as its
+// content type says gives an error wrapping ErrInvalid, whose message
+// tells where (never what).
+func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
+	mediaType, params, _ := mime.ParseMediaType(req.ContentType)
+	open := func() io.Reader { return io.NewSectionReader(req.Body, 0, req.Size) }
+	kind := t.bodyKind(mediaType, open())
+
+	model := req.Model
+	if model == "" {
+		var err error
+		switch kind {
+		case bodyJSON:
+			model, err = jsonModel(open())
+		case bodyMultipart:
+			model, err = multipartModel(open(), params["boundary"])
+		}
+		var inv *InvalidError
+		if kind == bodyJSON && !isJSONType(mediaType) && errors.As(err, &inv) {
+			kind, err = bodyText, nil // it only looked like JSON
+		}
+		if err != nil {
+			return Estimate{}, invalid(err)
+		}
+	}
+	c := t.counterFor(model)
+	if e, ok := c.(*Encoding); ok {
+		if err := e.load(); err != nil {
+			return Estimate{}, err
+		}
+	}
+	m := &meter{c: c, limit: limit}
+	var err error
+	switch kind {
+	case bodyJSON:
+		err = countJSON(open(), req.Format, model, m)
+	case bodyMultipart:
+		err = countMultipart(open(), params["boundary"], model, m)
+	case bodyForm:
+		err = countForm(open(), req.Size, m)
+	default:
+		err = countText(open(), m)
+	}
+	if err == nil && req.Format == FormatSeedChat {
+		err = m.add(SeedOverhead)
+	}
+	var inv *InvalidError
+	if kind == bodyJSON && errors.As(err, &inv) && !isJSONType(mediaType) {
+		// It only looked like JSON, and its type never said it was: the
+		// model reads it as text.
+		m = &meter{c: c, limit: limit}
+		err = countText(open(), m)
+		if err == nil && req.Format == FormatSeedChat {
+			err = m.add(SeedOverhead)
+		}
+	}
+	est := Estimate{Tokens: m.total, Model: model, Encoding: c.Name(), Stopped: errors.Is(err, errStop)}
+	if err != nil && !est.Stopped {
+		return est, invalid(err)
+	}
+	return est, nil
+}
+
+func invalid(err error) error {
+	var inv *InvalidError
+	if errors.As(err, &inv) || errors.Is(err, ErrInvalid) {
+		return errors.Join(ErrInvalid, err)
+	}
+	return err
+}
+
+type bodyKind int
+
+const (
+	bodyText bodyKind = iota
+	bodyJSON
+	bodyMultipart
+	bodyForm
+)
+
+// bodyKind decides how to read a body: by its media type, and for the
+// types clients send carelessly (curl -d's form type, none, text/plain) by
+// whether it starts like JSON.
+func (t *Tokenizer) bodyKind(mediaType string, body io.Reader) bodyKind {
+	switch {
+	case isJSONType(mediaType):
+		return bodyJSON
+	case mediaType == "multipart/form-data":
+		return bodyMultipart
+	}
+	var head [64]byte
+	n, _ := io.ReadFull(body, head[:])
+	if c := bytes.TrimLeft(head[:n], " \t\r\n"); len(c) > 0 && c[0] == '{' {
+		return bodyJSON
+	}
+	if mediaType == "application/x-www-form-urlencoded" {
+		return bodyForm
+	}
+	return bodyText
+}
+
+// countText counts a whole body as one text.
+func countText(r io.Reader, m *meter) error {
+	var buf [8192]byte
+	for {
+		n, err := r.Read(buf[:])
+		if n > 0 {
+			if err := m.text(buf[:n]); err != nil {
+				return err
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return m.endText()
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func isJSONType(mediaType string) bool {
+	return mediaType == "application/json" || strings.HasSuffix(mediaType, "+json")
+}
