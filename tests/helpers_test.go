@@ -249,12 +249,18 @@ func (p *proc) stop() {
 
 // exited waits up to d for the process to exit and returns its exit code.
 func (p *proc) exited(d time.Duration) (int, bool) {
+	t := time.NewTimer(max(d, 0))
+	defer t.Stop()
 	select {
 	case <-p.done:
-		return p.cmd.ProcessState.ExitCode(), true
-	case <-time.After(d):
-		return 0, false
+	case <-t.C:
+		select {
+		case <-p.done:
+		default:
+			return 0, false
+		}
 	}
+	return p.cmd.ProcessState.ExitCode(), true
 }
 
 func (p *proc) url(path string) string      { return "http://" + p.public + path }
@@ -300,7 +306,7 @@ func (p *proc) do(t *testing.T, method, url string, body []byte, hdr ...string) 
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatalf("%s %s: reading body: %v", method, url, err)
+		t.Fatalf("%s %s: status %d, reading body: %v (%d bytes read)\nproxy stderr:\n%s", method, url, resp.StatusCode, err, len(b), p.logs.Text())
 	}
 	return &response{Response: resp, body: b}
 }

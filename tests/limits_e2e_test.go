@@ -233,13 +233,13 @@ func TestUnprotectedRoutesPassWithoutGuards(t *testing.T) {
 func TestQueryAndPathTricksStillGuarded(t *testing.T) {
 	t.Parallel()
 	up := newRecorder(t)
-	p := startProxy(t, up.URL(), map[string]string{"CHAT_RPM": "4"})
+	p := startProxy(t, up.URL(), map[string]string{"CHAT_RPM": "5"})
 
-	paths := []string{"/v1/chat/completions?x=1", "/v1//chat/completions", "/v1/chat/completions/", "/v1/./chat/completions?stream=0"}
+	paths := []string{"/v1/chat/completions?x=1", "/v1//chat/completions", "/v1/chat/completions/", "/v1/./chat/completions?stream=0", "/v1/x/../chat/completions"}
 	for i, path := range paths {
 		r := p.do(t, http.MethodPost, p.url(path), bodyFor("/v1/chat/completions"))
 		wantStatus(t, r, http.StatusOK)
-		wantHeader(t, r, "X-RateLimit-Remaining", strconv.Itoa(3-i))
+		wantHeader(t, r, "X-RateLimit-Remaining", strconv.Itoa(4-i))
 	}
 	for _, path := range append(paths, "/v1/chat/completions") {
 		r := p.do(t, http.MethodPost, p.url(path), bodyFor("/v1/chat/completions"))
@@ -247,8 +247,8 @@ func TestQueryAndPathTricksStillGuarded(t *testing.T) {
 			t.Errorf("POST %s after the budget is spent: status %d, want 429", path, r.StatusCode)
 		}
 	}
-	if got := up.count(); got != 4 {
-		t.Errorf("upstream received %d requests, want the 4 admitted", got)
+	if got := up.count(); got != 5 {
+		t.Errorf("upstream received %d requests, want the 5 admitted", got)
 	}
 }
 
@@ -317,5 +317,35 @@ func TestRequireAuth(t *testing.T) {
 	wantStatus(t, p.post(t, "/api/chat", "X-API-Key", "sk-other"), http.StatusOK)
 	if n := up.count(); n != 2 {
 		t.Errorf("upstream received %d requests, want 2", n)
+	}
+}
+
+// CHAT_RPM=0 refuses every protected request (and nothing else).
+func TestChatRPMZeroRefusesProtected(t *testing.T) {
+	t.Parallel()
+	up := newRecorder(t)
+	p := startProxy(t, up.URL(), map[string]string{"CHAT_RPM": "0"})
+
+	r := p.post(t, "/api/chat")
+	wantStatus(t, r, http.StatusTooManyRequests)
+	check429Headers(t, r, 0)
+	if b := r.json(t); b["error"] != "rate_limited" || b["limit"] != 0.0 {
+		t.Errorf("429 body = %v", b)
+	}
+	wantStatus(t, p.do(t, http.MethodGet, p.url("/v1/models"), nil), http.StatusOK)
+	if got := up.count(); got != 1 {
+		t.Errorf("upstream received %d requests, want only the unprotected one", got)
+	}
+}
+
+// RATE_LIMIT_ENABLED=false admits everything, without rate-limit headers.
+func TestRateLimitDisabled(t *testing.T) {
+	t.Parallel()
+	up := newRecorder(t)
+	p := startProxy(t, up.URL(), map[string]string{"CHAT_RPM": "1", "RATE_LIMIT_ENABLED": "false"})
+	for range 3 {
+		r := p.post(t, "/v1/chat/completions")
+		wantStatus(t, r, http.StatusOK)
+		wantNoRateLimitHeaders(t, r)
 	}
 }

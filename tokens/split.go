@@ -30,7 +30,9 @@ import (
 // []rune conversion (and so tiktoken-go) does.
 type runes []rune
 
-func isL(r rune) bool { return r < utf8.RuneSelf && isASCIILetter(r) || r >= utf8.RuneSelf && unicode.IsLetter(r) }
+func isL(r rune) bool {
+	return r < utf8.RuneSelf && isASCIILetter(r) || r >= utf8.RuneSelf && unicode.IsLetter(r)
+}
 func isN(r rune) bool {
 	return r >= '0' && r <= '9' || r >= utf8.RuneSelf && unicode.IsNumber(r)
 }
