@@ -12,6 +12,9 @@ import (
 const (
 	codeUnauthorized    = "unauthorized"
 	codeRateLimited     = "rate_limited"
+	codeBodyTooLarge    = "body_too_large"
+	codeFileTooLarge    = "file_too_large"
+	codeInputTooLarge   = "input_too_large"
 	codeInvalidRequest  = "invalid_request"
 	codeUpstreamDown    = "upstream_unavailable"
 	codeUpstreamTimeout = "upstream_timeout"

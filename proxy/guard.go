@@ -1,16 +1,19 @@
 package proxy
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
+	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
 )
 
 // guard runs the guard chain of SPEC §4 on a protected request, in its
-// contractual order: identify, rate limit (then, in a later release, the
-// body and token caps). It reports whether the request may be forwarded;
+// contractual order: identify, rate limit, body and file size, token cap.
+// It reports whether the request may be forwarded;
 // when not, the answer has been written and x.decision says why.
 func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time) bool {
 	// 1. Identify.
@@ -25,19 +28,95 @@ func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time) bool {
 
 	// 2. Rate limit.
 	if !p.cfg.RateLimitEnabled {
-		return true
+		return p.guardBody(x, r, c, now)
 	}
 	x.hits[0] = limits.Hit{Rule: p.chatRule.rule, Key: limits.KeyOf("caller", c.value), Cost: 1}
 	allowed, err := p.store.Decide(r.Context(), x.hits[:], now, x.out[:])
 	if err != nil {
-		return p.storeFailed(x, r, err)
+		return p.storeFailed(x, r, c, now, err)
 	}
 	x.limited, x.rule, x.dec = true, p.chatRule, x.out[0]
 	if !allowed {
 		p.refuse(x, r, &x.hits[0], "caller="+c.logged())
 		return false
 	}
+	return p.guardBody(x, r, c, now)
+}
+
+// guardBody runs guards 3 and 4: the body and file size caps, then the
+// input-token cap. The body is read in full (within the cap) because a
+// token cap cannot un-send bytes; an admitted body is then forwarded from
+// that copy, byte for byte.
+func (p *Proxy) guardBody(x *exchange, r *http.Request, c caller, now time.Time) bool {
+	// 3. Body and file size.
+	body, err := readBody(x.ResponseWriter, r, p.cfg.MaxBodyBytes, now)
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		p.tooLarge(x, r, c, "max_body_bytes", &apiError{status: http.StatusRequestEntityTooLarge, code: codeBodyTooLarge,
+			message: "The request body exceeds " + strconv.FormatInt(p.cfg.MaxBodyBytes, 10) + " bytes.",
+			fields:  []field{{"max_body_bytes", p.cfg.MaxBodyBytes}}})
+		return false
+	case err != nil:
+		if r.Context().Err() != nil {
+			x.decision = decClientClosed
+			return false
+		}
+		p.invalid(x, r, "The request body could not be read completely.")
+		return false
+	}
+	x.body = body
+	ct := r.Header.Get("Content-Type")
+	big, err := oversizedFile(ct, body.readerAt(), body.size, p.cfg.MaxFileBytes)
+	if err != nil {
+		p.invalid(x, r, "The request body is not valid multipart/form-data: "+err.Error()+".")
+		return false
+	}
+	if big {
+		p.tooLarge(x, r, c, "max_file_bytes", &apiError{status: http.StatusRequestEntityTooLarge, code: codeFileTooLarge,
+			message: "An uploaded file exceeds " + strconv.FormatInt(p.cfg.MaxFileBytes, 10) + " bytes.",
+			fields:  []field{{"max_file_bytes", p.cfg.MaxFileBytes}}})
+		return false
+	}
+
+	// 4. Token cap.
+	est, err := p.tokens.Estimate(tokens.Request{Format: tokens.FormatForPath(x.routeName), ContentType: ct,
+		Body: body.readerAt(), Size: body.size}, int(p.cfg.MaxInputTokens))
+	if err != nil {
+		if errors.Is(err, tokens.ErrInvalid) {
+			p.invalid(x, r, "The request body could not be parsed: "+strings.TrimPrefix(err.Error(), tokens.ErrInvalid.Error()+"\n")+".")
+			return false
+		}
+		p.log.Error("counting input tokens failed", "err", err)
+		p.invalid(x, r, "The request body could not be counted.")
+		return false
+	}
+	p.metrics.inputTokens.Observe(float64(est.Tokens))
+	if int64(est.Tokens) > p.cfg.MaxInputTokens {
+		p.tooLarge(x, r, c, "max_input_tokens", &apiError{status: http.StatusRequestEntityTooLarge, code: codeInputTooLarge,
+			message: "The input is estimated at more than " + strconv.FormatInt(p.cfg.MaxInputTokens, 10) + " tokens.",
+			fields:  []field{{"max_input_tokens", p.cfg.MaxInputTokens}, {"estimated_tokens", est.Tokens}}})
+		return false
+	}
+
+	// Forward the bytes received, with their exact length.
+	r.Body = body.upstreamBody()
+	r.ContentLength = body.size
+	r.TransferEncoding = nil
+	delete(r.Header, "Expect") // the body is here already: no 100-continue upstream
 	return true
+}
+
+// tooLarge answers a 413 and logs the denial.
+func (p *Proxy) tooLarge(x *exchange, r *http.Request, c caller, limit string, e *apiError) {
+	x.decision = decTooLarge
+	p.log.Info("request denied", "rule", limit, "key", "caller="+c.logged(), "path", r.URL.Path)
+	p.writeError(x, r, e)
+}
+
+// invalid answers 400 invalid_request; message never quotes the body.
+func (p *Proxy) invalid(x *exchange, r *http.Request, message string) {
+	x.decision = decInvalid
+	p.writeError(x, r, &apiError{status: http.StatusBadRequest, code: codeInvalidRequest, message: message})
 }
 
 // refuse answers 429 for the hit that refused (SPEC §5).
@@ -67,12 +146,12 @@ func (p *Proxy) refuse(x *exchange, r *http.Request, h *limits.Hit, loggedKey st
 
 // storeFailed applies FAIL_OPEN when the store could not decide: admit
 // without rate-limit headers, or answer 503.
-func (p *Proxy) storeFailed(x *exchange, r *http.Request, err error) bool {
+func (p *Proxy) storeFailed(x *exchange, r *http.Request, c caller, now time.Time, err error) bool {
 	p.metrics.storeErrors.Inc()
 	x.decision = decStoreError
 	if p.cfg.FailOpen {
 		p.log.Warn("rate limiter store failed; admitting (fail_open)", "err", err)
-		return true
+		return p.guardBody(x, r, c, now)
 	}
 	p.log.Error("rate limiter store failed; refusing (fail_open=false)", "err", err)
 	x.Header()["Retry-After"] = []string{"1"}

@@ -13,9 +13,10 @@ const (
 	decStoreError    = "store_error"
 	decUpstreamError = "upstream_error"
 	decClientClosed  = "client_closed"
+	decInvalid       = "invalid_request"
 )
 
-var decisions = []string{decAllowed, decRateLimited, decTooLarge, decUnauthorized, decStoreError, decUpstreamError, decClientClosed}
+var decisions = []string{decAllowed, decRateLimited, decTooLarge, decUnauthorized, decStoreError, decUpstreamError, decClientClosed, decInvalid}
 
 // routeUnprotected labels every request outside the protected routes.
 const routeUnprotected = "unprotected"
@@ -28,6 +29,7 @@ type metrics struct {
 	guard       *prometheus.HistogramVec
 	upstream    *prometheus.HistogramVec
 	storeErrors prometheus.Counter
+	inputTokens prometheus.Histogram
 	routes      map[string]*routeMetrics
 }
 
@@ -57,9 +59,14 @@ func newMetrics(reg prometheus.Registerer, routes []string) (*metrics, error) {
 			Name: "ratelimit_proxy_store_errors_total",
 			Help: "Rate-limit decisions the state store failed to make.",
 		}),
+		inputTokens: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ratelimit_proxy_input_tokens",
+			Help:    "Estimated input tokens of protected requests (the count reached, for those stopped past the cap).",
+			Buckets: []float64{50, 100, 250, 500, 1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000},
+		}),
 		routes: map[string]*routeMetrics{},
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.guard, m.upstream, m.storeErrors} {
+	for _, c := range []prometheus.Collector{m.requests, m.guard, m.upstream, m.storeErrors, m.inputTokens} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
+	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
 	"github.com/ratelimit-proxy/ratelimit-proxy/upstream"
 )
 
@@ -36,6 +37,8 @@ type Options struct {
 	Stats func() limits.MemoryStats
 	// Transport replaces the tuned upstream transport (tests).
 	Transport http.RoundTripper
+	// Tokenizer counts input tokens; one is made when nil.
+	Tokenizer *tokens.Tokenizer
 }
 
 // Proxy is the guarded reverse proxy.
@@ -49,6 +52,7 @@ type Proxy struct {
 	chatRule   *ruleHeaders
 	flatErrors bool
 	metrics    *metrics
+	tokens     *tokens.Tokenizer
 	forward    http.Handler
 	pool       sync.Pool
 }
@@ -71,6 +75,10 @@ func New(o Options) (*Proxy, error) {
 		protected:  map[string]bool{},
 		flatErrors: c.ErrorFormat == "flat",
 		ips:        clientIPs{ipv6Prefix: int(c.IPv6Prefix)},
+		tokens:     o.Tokenizer,
+	}
+	if p.tokens == nil {
+		p.tokens = tokens.New()
 	}
 	if p.now == nil {
 		p.now = time.Now
@@ -134,7 +142,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer p.pool.Put(x)
 
 	route, protected := p.route(r)
-	x.route = p.metrics.route(route)
+	x.route, x.routeName = p.metrics.route(route), route
+	defer func() {
+		if x.body != nil {
+			x.body.close()
+		}
+	}()
 	if protected {
 		pass := p.guard(x, r, start)
 		x.forwardedAt = p.now()

@@ -19,6 +19,8 @@ type exchange struct {
 	decision    string    // metrics label; set by the guard, refined on forwarding errors
 	forwardedAt time.Time // zero until the request leaves for the upstream
 	route       *routeMetrics
+	routeName   string   // the protected path matched, or routeUnprotected
+	body        *spooled // the buffered body of a protected request
 	now         func() time.Time
 
 	limited bool // a rule decided this request: stamp its headers

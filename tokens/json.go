@@ -38,8 +38,9 @@ func (e *InvalidError) Error() string { return e.msg }
 // errCaptureFull stops a capture that grew past its bound.
 var errCaptureFull = errors.New("captured value too large")
 
-func newJSONReader(r io.Reader) *jsonReader {
-	return &jsonReader{r: bufio.NewReaderSize(r, 16<<10)}
+// newJSONReader reads r, of size bytes (for sizing the buffer).
+func newJSONReader(r io.Reader, size int64) *jsonReader {
+	return &jsonReader{r: bufio.NewReaderSize(r, int(min(max(size, 16), 16<<10)))}
 }
 
 func (j *jsonReader) fail(format string, args ...any) error {

@@ -30,7 +30,8 @@ func nextPart(mr *multipart.Reader) (*multipart.Part, error) {
 		return nil, io.EOF
 	}
 	if err != nil {
-		return nil, &InvalidError{msg: "invalid multipart body: " + err.Error()}
+		// mime/multipart's messages may quote header lines: say only where.
+		return nil, &InvalidError{msg: "invalid multipart body: malformed or truncated part"}
 	}
 	return p, nil
 }
@@ -52,7 +53,7 @@ func multipartModel(r io.Reader, boundary string) (string, error) {
 		if p.FileName() == "" && p.FormName() == "model" {
 			b, err := io.ReadAll(io.LimitReader(p, 256))
 			if err != nil {
-				return "", &InvalidError{msg: "invalid multipart body: " + err.Error()}
+				return "", &InvalidError{msg: "invalid multipart body: truncated part"}
 			}
 			return strings.TrimSpace(string(b)), nil
 		}
@@ -89,7 +90,7 @@ func countMultipart(r io.Reader, boundary, model string, m *meter) error {
 			if errors.As(err, &inv) {
 				return err
 			}
-			return &InvalidError{msg: "invalid multipart body: " + err.Error()}
+			return &InvalidError{msg: "invalid multipart body: truncated part"}
 		}
 	}
 }

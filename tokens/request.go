@@ -82,7 +82,7 @@ func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
 		var err error
 		switch kind {
 		case bodyJSON:
-			model, err = jsonModel(open())
+			model, err = jsonModel(open(), req.Size)
 		case bodyMultipart:
 			model, err = multipartModel(open(), params["boundary"])
 		}
@@ -104,7 +104,7 @@ func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
 	var err error
 	switch kind {
 	case bodyJSON:
-		err = countJSON(open(), req.Format, model, m)
+		err = countJSON(open(), req.Size, req.Format, model, m)
 	case bodyMultipart:
 		err = countMultipart(open(), params["boundary"], model, m)
 	case bodyForm:

@@ -5,6 +5,7 @@
 //	ratelimit-proxy -config config.toml      # normal start
 //	ratelimit-proxy -check -config config.toml
 //	ratelimit-proxy -mock                    # only the mock API, on LISTEN_ADDR
+//	ratelimit-proxy tokens [-model M] < body.json
 //
 // main only wires: load the configuration, build the components, start the
 // listeners, wait for a signal, drain.
@@ -32,10 +33,14 @@ import (
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 	"github.com/ratelimit-proxy/ratelimit-proxy/proxy"
+	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
 	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/mockapi"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "tokens" {
+		os.Exit(runTokens(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -124,10 +129,17 @@ func serve(cfg config.Config, log *slog.Logger) error {
 		log.Info("demo upstream (OpenAI-compatible mock) started", "url", cfg.UpstreamURL)
 	}
 
+	tk := tokens.New()
+	start := time.Now()
+	if err := tk.Preload(); err != nil { // once, at start: never on a request
+		return err
+	}
+	log.Debug("token encodings loaded", "took", time.Since(start))
+
 	store := limits.NewMemory(limits.MemoryOptions{MaxKeys: int(cfg.MaxTrackedKeys)})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p, err := proxy.New(proxy.Options{Config: cfg, Store: store, Logger: log, Registerer: reg, Stats: store.Stats})
+	p, err := proxy.New(proxy.Options{Config: cfg, Store: store, Logger: log, Registerer: reg, Stats: store.Stats, Tokenizer: tk})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,145 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"os"
+	"time"
+)
+
+const (
+	// memBodyMax is the largest body held in memory; a larger one is
+	// spooled to an unlinked temporary file, so memory does not grow with
+	// concurrent large uploads.
+	memBodyMax = 256 << 10
+	// bodyReadTimeout bounds the time a client may take to send a protected
+	// body (a 11 MiB body needs ~100 KB/s), so slow senders cannot hold
+	// connections and goroutines indefinitely.
+	bodyReadTimeout = 120 * time.Second
+)
+
+// errBodyTooLarge is a body over MAX_BODY_BYTES.
+var errBodyTooLarge = errors.New("body too large")
+
+// spooled is a request body read in full, in memory or in a temporary file
+// already unlinked (it disappears when closed, or if the process dies).
+type spooled struct {
+	mem  []byte
+	file *os.File
+	size int64
+}
+
+// readBody reads r's body within max bytes: a declared Content-Length over
+// max is refused before any byte is read, a chunked body is cut at max+1.
+func readBody(w http.ResponseWriter, r *http.Request, max int64, now time.Time) (*spooled, error) {
+	if r.ContentLength > max {
+		return nil, errBodyTooLarge
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(now.Add(bodyReadTimeout)) // unsupported writers (tests) just have no deadline
+	defer rc.SetReadDeadline(time.Time{})
+
+	body := http.MaxBytesReader(w, r.Body, max)
+	hint := memBodyMax
+	if r.ContentLength >= 0 && r.ContentLength < memBodyMax {
+		hint = int(r.ContentLength) + 1 // +1: see EOF without growing
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, hint))
+	n, err := io.CopyN(buf, body, memBodyMax+1)
+	if errors.Is(err, io.EOF) {
+		return &spooled{mem: buf.Bytes(), size: n}, nil
+	}
+	if err != nil {
+		return nil, bodyError(err)
+	}
+	// Larger than memory allows: spool to disk.
+	f, err := os.CreateTemp("", "ratelimit-proxy-body-*")
+	if err != nil {
+		return nil, fmt.Errorf("spooling the body: %w", err)
+	}
+	os.Remove(f.Name()) // unlinked: nothing is left behind, whatever happens
+	s := &spooled{file: f}
+	if _, err := f.Write(buf.Bytes()); err != nil {
+		s.close()
+		return nil, fmt.Errorf("spooling the body: %w", err)
+	}
+	rest, err := io.Copy(f, body)
+	if err != nil {
+		s.close()
+		return nil, bodyError(err)
+	}
+	s.size = n + rest
+	return s, nil
+}
+
+func bodyError(err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return errBodyTooLarge
+	}
+	return fmt.Errorf("reading the body: %w", err)
+}
+
+// readerAt reads the body from any offset, as often as needed.
+func (s *spooled) readerAt() io.ReaderAt {
+	if s.file != nil {
+		return s.file
+	}
+	return bytes.NewReader(s.mem)
+}
+
+// upstreamBody is what the upstream request sends: the bytes as received.
+// An in-memory body is a NopCloser around a bytes.Reader, which the
+// transport recognises and writes with the headers in one syscall.
+func (s *spooled) upstreamBody() io.ReadCloser {
+	if s.file != nil {
+		return io.NopCloser(io.NewSectionReader(s.file, 0, s.size))
+	}
+	return io.NopCloser(bytes.NewReader(s.mem))
+}
+
+func (s *spooled) close() {
+	if s.file != nil {
+		s.file.Close()
+	}
+}
+
+// oversizedFile reports whether a file part of a multipart body is over
+// maxFile bytes. A body that is not valid multipart is an error; other
+// content types have no file parts.
+func oversizedFile(contentType string, body io.ReaderAt, size, maxFile int64) (bool, error) {
+	mediaType, params, _ := mime.ParseMediaType(contentType)
+	if mediaType != "multipart/form-data" {
+		return false, nil
+	}
+	if params["boundary"] == "" {
+		return false, errors.New("multipart body without a boundary parameter")
+	}
+	mr := multipart.NewReader(io.NewSectionReader(body, 0, size), params["boundary"])
+	for {
+		p, err := mr.NextPart()
+		if err == io.EOF {
+			return false, nil
+		}
+		if err != nil {
+			return false, errors.New("invalid multipart body: malformed or truncated part")
+		}
+		n, err := io.Copy(io.Discard, io.LimitReader(p, maxFile+1))
+		if err != nil {
+			return false, errors.New("invalid multipart body: truncated part")
+		}
+		if n > maxFile && p.FileName() != "" {
+			return true, nil
+		}
+		if n > maxFile { // a huge non-file field: skip the rest of it
+			if _, err := io.Copy(io.Discard, p); err != nil {
+				return false, errors.New("invalid multipart body: truncated part")
+			}
+		}
+	}
+}
