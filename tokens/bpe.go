@@ -13,7 +13,7 @@ import (
 type Encoding struct {
 	name  string
 	file  string
-	next  func(runes, int) int
+	o200k bool // which pre-tokenizer: o200k_base's, else cl100k_base's
 	once  sync.Once
 	ranks map[string]int
 	err   error
@@ -27,12 +27,7 @@ const (
 
 func newEncoding(name string) *Encoding {
 	e := &Encoding{name: name, file: name + ".tiktoken"}
-	switch name {
-	case O200KBase:
-		e.next = runes.nextO200K
-	case CL100KBase:
-		e.next = runes.nextCL100K
-	}
+	e.o200k = name == O200KBase
 	return e
 }
 
@@ -91,7 +86,12 @@ func (e *Encoding) countBytes(text []byte, limit int) int {
 		}
 		text = text[k:]
 		for i := 0; i < len(t); {
-			j := e.next(t, i)
+			var j int
+			if e.o200k { // a static call: buf stays on the stack
+				j = runes(t).nextO200K(i)
+			} else {
+				j = runes(t).nextCL100K(i)
+			}
 			n += e.bpeRunes(t[i:j])
 			if limit >= 0 && n > limit {
 				return n

@@ -24,7 +24,7 @@ type jsonReader struct {
 	capture    []byte
 	capturing  bool
 	captureMax int
-	scratch    [utf8.UTFMax]byte
+	strBuf     [4096]byte // str's output buffer; str is never re-entered
 }
 
 const maxDepth = 256
@@ -206,17 +206,19 @@ func (j *jsonReader) array(elem func(i int) error) error {
 	}
 }
 
-// str reads a string, handing its unescaped contents to sink in pieces of
-// at most a few KiB (a piece never splits an escape; it may split a UTF-8
-// sequence of the raw input).
+// str reads a string, handing its unescaped contents to sink (nil: skip)
+// in pieces of at most a few KiB (a piece never splits an escape; it may
+// split a UTF-8 sequence of the raw input). Runs of plain bytes are taken
+// straight from the read buffer.
 func (j *jsonReader) str(sink func([]byte) error) error {
 	if err := j.expect('"'); err != nil {
 		return err
 	}
-	var buf [4096]byte
+	buf := j.strBuf[:]
 	out := buf[:0]
 	flush := func() error {
-		if len(out) == 0 {
+		if len(out) == 0 || sink == nil {
+			out = buf[:0]
 			return nil
 		}
 		err := sink(out)
@@ -224,6 +226,35 @@ func (j *jsonReader) str(sink func([]byte) error) error {
 		return err
 	}
 	for {
+		if j.r.Buffered() == 0 {
+			if _, err := j.r.Peek(1); err != nil {
+				if errors.Is(err, io.EOF) {
+					return j.fail("unexpected end of input")
+				}
+				return err
+			}
+		}
+		chunk, _ := j.r.Peek(j.r.Buffered())
+		plain := 0
+		for plain < len(chunk) && chunk[plain] != '"' && chunk[plain] != '\\' && chunk[plain] >= 0x20 {
+			plain++
+		}
+		for done := 0; done < plain; {
+			if len(out) == len(buf) {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			n := copy(out[len(out):cap(out)], chunk[done:plain])
+			out = out[:len(out)+n]
+			done += n
+		}
+		if err := j.consume(plain); err != nil {
+			return err
+		}
+		if plain == len(chunk) {
+			continue
+		}
 		if len(out) > len(buf)-8 {
 			if err := flush(); err != nil {
 				return err
@@ -238,9 +269,6 @@ func (j *jsonReader) str(sink func([]byte) error) error {
 			return flush()
 		case c < 0x20:
 			return j.fail("control character in string")
-		case c != '\\':
-			out = append(out, c)
-			continue
 		}
 		e, err := j.readByte()
 		if err != nil {
@@ -272,6 +300,23 @@ func (j *jsonReader) str(sink func([]byte) error) error {
 			return j.fail("invalid escape")
 		}
 	}
+}
+
+// consume takes n bytes already in the read buffer.
+func (j *jsonReader) consume(n int) error {
+	if n == 0 {
+		return nil
+	}
+	if j.capturing {
+		if len(j.capture)+n > j.captureMax {
+			return errCaptureFull
+		}
+		b, _ := j.r.Peek(n)
+		j.capture = append(j.capture, b...)
+	}
+	j.r.Discard(n)
+	j.off += int64(n)
+	return nil
 }
 
 func (j *jsonReader) hex4() (rune, error) {
@@ -367,7 +412,7 @@ func (j *jsonReader) skip() error {
 	}
 	switch k {
 	case '"':
-		return j.str(func([]byte) error { return nil })
+		return j.str(nil)
 	case '{':
 		return j.object(func([]byte) error { return j.skip() })
 	case '[':
