@@ -15,6 +15,7 @@ import (
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 	"github.com/ratelimit-proxy/ratelimit-proxy/proxy"
+	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
 )
 
 // staticTransport answers every request in memory, so the benchmark
@@ -60,13 +61,18 @@ func BenchmarkHandler(b *testing.B) {
 			cfg.UpstreamURL = "http://upstream.invalid"
 			cfg.ChatRPM = tc.limit
 			store := limits.NewMemory(limits.MemoryOptions{})
-			p, err := proxy.New(proxy.Options{Config: cfg, Store: store, Logger: slog.New(slog.DiscardHandler),
+			tk := tokens.New()
+			if err := tk.Preload(); err != nil {
+				b.Fatal(err)
+			}
+			p, err := proxy.New(proxy.Options{Config: cfg, Store: store, Logger: slog.New(slog.DiscardHandler), Tokenizer: tk,
 				Registerer: prometheus.NewRegistry(), Transport: staticTransport{body: []byte(`{"id":"chatcmpl-1","object":"chat.completion","choices":[]}`)}})
 			if err != nil {
 				b.Fatal(err)
 			}
 			h := p.Handler()
 			b.ReportAllocs()
+			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				w := &discardWriter{h: http.Header{}}
 				i := 0

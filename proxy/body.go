@@ -9,6 +9,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -113,6 +114,9 @@ func (s *spooled) close() {
 // maxFile bytes. A body that is not valid multipart is an error; other
 // content types have no file parts.
 func oversizedFile(contentType string, body io.ReaderAt, size, maxFile int64) (bool, error) {
+	if len(contentType) < 10 || !strings.EqualFold(contentType[:10], "multipart/") {
+		return false, nil
+	}
 	mediaType, params, _ := mime.ParseMediaType(contentType)
 	if mediaType != "multipart/form-data" {
 		return false, nil

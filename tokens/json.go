@@ -86,15 +86,21 @@ func (j *jsonReader) peek() (byte, error) {
 
 // end checks that only whitespace follows the top-level value.
 func (j *jsonReader) end() error {
-	_, err := j.peek()
-	var inv *InvalidError
-	if errors.As(err, &inv) {
-		return nil // end of input
+	for {
+		b, err := j.r.Peek(1)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch b[0] {
+		case ' ', '\t', '\n', '\r':
+			j.readByte()
+		default:
+			return j.fail("data after the top-level value")
+		}
 	}
-	if err != nil {
-		return err
-	}
-	return j.fail("data after the top-level value")
 }
 
 func (j *jsonReader) expect(c byte) error {
