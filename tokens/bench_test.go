@@ -73,3 +73,24 @@ func BenchmarkCount(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAdversarial counts 100 KiB texts built to be slow: one long
+// piece (no spaces), long whitespace, marks, CJK without punctuation.
+func BenchmarkAdversarial(b *testing.B) {
+	tk := tokens.New()
+	tk.Preload()
+	for name, text := range map[string]string{
+		"letters": strings.Repeat("a", 100<<10),
+		"base64":  strings.Repeat("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk", 1700),
+		"spaces":  strings.Repeat(" ", 100<<10),
+		"marks":   strings.Repeat("e\u0301", 100<<10/3),
+		"cjk":     strings.Repeat("中文字符", 100<<10/12),
+	} {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(text)))
+			for b.Loop() {
+				tk.Count("gpt-4o", text, -1)
+			}
+		})
+	}
+}

@@ -48,9 +48,13 @@ func (e *Encoding) load() error {
 
 // maxPiece bounds the bytes byte-pair encoded as one piece. A longer piece
 // (a run of letters with no space, such as base64) is encoded in parts of
-// this size: merges across a cut are lost, which can only add tokens, and
-// the quadratic merge loop stays bounded.
+// this size: merges across a cut are lost, which can only add tokens.
 const maxPiece = 2048
+
+// heapMergeFrom is the piece length from which bpe uses the heap-ordered
+// merge (n log n) instead of tiktoken's rescanning loop (n²), which is
+// faster only for short pieces.
+const heapMergeFrom = 64
 
 // Count returns the tokens of text, stopping as soon as the count passes
 // limit (pass a negative limit for no limit). The result is exact while it
@@ -152,6 +156,14 @@ func (e *Encoding) bpe(piece []byte) int {
 	if _, ok := e.ranks[string(piece)]; ok || len(piece) == 1 {
 		return 1
 	}
+	if len(piece) >= heapMergeFrom {
+		return e.bpeHeap(piece)
+	}
+	return e.bpeLoop(piece)
+}
+
+// bpeLoop is tiktoken's merge loop, for short pieces.
+func (e *Encoding) bpeLoop(piece []byte) int {
 	type part struct{ start, rank int }
 	var buf [64]part
 	parts := buf[:0]
@@ -187,4 +199,100 @@ func (e *Encoding) bpe(piece []byte) int {
 		parts = append(parts[:i+1], parts[i+2:]...)
 	}
 	return len(parts) - 1
+}
+
+// bpeHeap is bpe for long pieces: the same merges in the same order (the
+// lowest rank first, the leftmost among equals), found with a min-heap over
+// a linked list of parts instead of a scan per merge. Heap entries made
+// stale by a merge are recognised and dropped when popped.
+func (e *Encoding) bpeHeap(piece []byte) int {
+	n := len(piece)
+	// Part i starts at byte i while alive; next/prev link the live parts.
+	next := make([]int, n)
+	prev := make([]int, n)
+	alive := make([]bool, n)
+	for i := range n {
+		next[i], prev[i], alive[i] = i+1, i-1, true
+	}
+	next[n-1] = -1
+	end := func(i int) int { // a part's end: the next live part's start
+		if next[i] < 0 {
+			return n
+		}
+		return next[i]
+	}
+	h := pairHeap{}
+	push := func(i int) {
+		if i < 0 || next[i] < 0 {
+			return
+		}
+		if r, ok := e.ranks[string(piece[i:end(next[i])])]; ok {
+			h.push(pair{rank: r, start: i, end: end(next[i])})
+		}
+	}
+	for i := 0; i < n-1; i++ {
+		push(i)
+	}
+	live := n
+	for len(h) > 0 {
+		p := h.pop()
+		i := p.start
+		if !alive[i] || next[i] < 0 || end(next[i]) != p.end {
+			continue // stale: a neighbour merged since this pair was pushed
+		}
+		j := next[i] // merge j into i
+		alive[j] = false
+		next[i] = next[j]
+		if next[j] >= 0 {
+			prev[next[j]] = i
+		}
+		live--
+		push(prev[i])
+		push(i)
+	}
+	return live
+}
+
+type pair struct{ rank, start, end int }
+
+// pairHeap is a binary min-heap by (rank, start).
+type pairHeap []pair
+
+func (p pair) less(q pair) bool { return p.rank < q.rank || p.rank == q.rank && p.start < q.start }
+
+func (h *pairHeap) push(p pair) {
+	*h = append(*h, p)
+	a := *h
+	for i := len(a) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !a[i].less(a[parent]) {
+			break
+		}
+		a[i], a[parent] = a[parent], a[i]
+		i = parent
+	}
+}
+
+func (h *pairHeap) pop() pair {
+	a := *h
+	top := a[0]
+	last := len(a) - 1
+	a[0] = a[last]
+	a = a[:last]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < len(a) && a[l].less(a[m]) {
+			m = l
+		}
+		if r < len(a) && a[r].less(a[m]) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		a[i], a[m] = a[m], a[i]
+		i = m
+	}
+	*h = a
+	return top
 }

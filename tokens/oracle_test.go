@@ -1,6 +1,7 @@
 package tokens
 
 import (
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -98,4 +99,27 @@ func FuzzMatchesTiktoken(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The heap-ordered merge makes the same merges as tiktoken's loop.
+func TestHeapMergeMatchesLoop(t *testing.T) {
+	for _, name := range []string{O200KBase, CL100KBase} {
+		e := newEncoding(name)
+		if err := e.load(); err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(1, 2))
+		alphabets := []string{"abcdefghij", "aeiou", "ab", "0123456789abcdef", "中文字符日本語", "ÀÉÎõü"}
+		for i := 0; i < 300; i++ {
+			a := []rune(alphabets[i%len(alphabets)])
+			var b strings.Builder
+			for b.Len() < 64+rng.IntN(700) {
+				b.WriteRune(a[rng.IntN(len(a))])
+			}
+			piece := []byte(b.String())
+			if h, l := e.bpeHeap(piece), e.bpeLoop(piece); h != l {
+				t.Fatalf("%s: %q: heap %d, loop %d", name, piece, h, l)
+			}
+		}
+	}
 }
