@@ -16,7 +16,10 @@ type Encoding struct {
 	o200k bool // which pre-tokenizer: o200k_base's, else cl100k_base's
 	once  sync.Once
 	ranks map[string]int
-	err   error
+	// longest is the longest token in bytes: a longer pair is never looked
+	// up, which keeps merging long runs from hashing ever longer strings.
+	longest int
+	err     error
 }
 
 // Names of the encodings.
@@ -41,6 +44,9 @@ func (e *Encoding) load() error {
 		e.ranks, e.err = loader.NewOfflineLoader().LoadTiktokenBpe(e.file)
 		if e.err != nil {
 			e.err = fmt.Errorf("loading %s: %w", e.name, e.err)
+		}
+		for tok := range e.ranks {
+			e.longest = max(e.longest, len(tok))
 		}
 	})
 	return e.err
@@ -171,7 +177,7 @@ func (e *Encoding) bpeLoop(piece []byte) int {
 		parts = append(parts, part{i, math.MaxInt})
 	}
 	rank := func(i, skip int) int {
-		if i+skip+2 < len(parts) {
+		if i+skip+2 < len(parts) && parts[i+skip+2].start-parts[i].start <= e.longest {
 			if r, ok := e.ranks[string(piece[parts[i].start:parts[i+skip+2].start])]; ok {
 				return r
 			}
@@ -224,6 +230,9 @@ func (e *Encoding) bpeHeap(piece []byte) int {
 	h := pairHeap{}
 	push := func(i int) {
 		if i < 0 || next[i] < 0 {
+			return
+		}
+		if end(next[i])-i > e.longest {
 			return
 		}
 		if r, ok := e.ranks[string(piece[i:end(next[i])])]; ok {
