@@ -22,7 +22,10 @@ type Config struct {
 	TrustedProxies   []string
 	IPv6Prefix       int64
 	RedisURL         string
-	FailOpen         bool
+	RedisPrefix      string
+	RedisTimeout     time.Duration
+	RedisInstances   int64
+	FailOpen         string // FailOpenTrue, FailOpenFalse or FailOpenLocal
 	RateLimitEnabled bool
 	MaxTrackedKeys   int64
 	UpstreamTimeout  time.Duration
@@ -38,6 +41,13 @@ type Config struct {
 	// set records the keys the file or the environment gave, and where.
 	set map[string]string
 }
+
+// FAIL_OPEN modes: what a request gets while the shared store is down.
+const (
+	FailOpenTrue  = "true"  // admitted, without rate-limit headers
+	FailOpenFalse = "false" // 503 rate_limiter_unavailable
+	FailOpenLocal = "local" // decided in memory, limit ÷ REDIS_INSTANCES
+)
 
 // DefaultProtectedPaths are the routes whose POSTs go through the guards
 // (SPEC §3).
@@ -62,7 +72,10 @@ func Default() Config {
 		MaxBodyBytes:     10<<20 + 1<<20,
 		ProtectedPaths:   append([]string(nil), DefaultProtectedPaths...),
 		IPv6Prefix:       64,
-		FailOpen:         true,
+		RedisPrefix:      "ratelimit-proxy:",
+		RedisTimeout:     50 * time.Millisecond,
+		RedisInstances:   1,
+		FailOpen:         FailOpenTrue,
 		RateLimitEnabled: true,
 		MaxTrackedKeys:   1_000_000,
 		UpstreamTimeout:  300 * time.Second,

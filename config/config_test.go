@@ -51,7 +51,7 @@ func TestExampleMatchesDefaults(t *testing.T) {
 		t.Fatalf("example differs from defaults:\n%s\nwant:\n%s", got.String(), exp.String())
 	}
 	for _, key := range []string{"listen_addr", "admin_addr", "chat_rpm", "max_input_tokens", "max_file_bytes", "max_body_bytes",
-		"protected_paths", "require_auth", "trusted_proxies", "ipv6_prefix", "redis_url", "fail_open", "rate_limit_enabled",
+		"protected_paths", "require_auth", "trusted_proxies", "ipv6_prefix", "redis_url", "redis_prefix", "redis_timeout", "redis_instances", "fail_open", "rate_limit_enabled",
 		"max_tracked_keys", "upstream_timeout", "shutdown_timeout", "error_format", "log_level", "log_format"} {
 		if !c.IsSet(key) {
 			t.Errorf("config.example.toml does not document %s", key)
@@ -140,16 +140,32 @@ func TestUpstreamRequiredUnlessDemo(t *testing.T) {
 }
 
 func TestWriteRedactsSecrets(t *testing.T) {
-	c, err := config.Load("", env(map[string]string{"UPSTREAM_URL": "https://user:hunter2@api.example/v1?key=sk-123"}))
+	c, err := config.Load("", env(map[string]string{"UPSTREAM_URL": "https://user:hunter2@api.example/v1?key=sk-123", "REDIS_URL": "redis://:s3cret@redis:6379/0"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
 	c.Write(&b)
-	if strings.Contains(b.String(), "hunter2") || strings.Contains(b.String(), "sk-123") {
+	if strings.Contains(b.String(), "hunter2") || strings.Contains(b.String(), "sk-123") || strings.Contains(b.String(), "s3cret") {
 		t.Fatalf("secret printed:\n%s", b.String())
 	}
 	if !strings.Contains(b.String(), `upstream_url = "https://user:xxxxx@api.example/v1?redacted" # from UPSTREAM_URL`) {
 		t.Fatalf("got:\n%s", b.String())
+	}
+}
+
+func TestFailOpenModes(t *testing.T) {
+	for in, want := range map[string]string{"true": "true", "1": "true", "FALSE": "false", "local": "local"} {
+		c, err := config.Load("", env(map[string]string{"FAIL_OPEN": in}))
+		if err != nil || c.FailOpen != want {
+			t.Errorf("%q: %q %v", in, c.FailOpen, err)
+		}
+	}
+	if _, err := config.Load("", env(map[string]string{"FAIL_OPEN": "maybe"})); err == nil || !strings.Contains(err.Error(), `FAIL_OPEN = "maybe": must be true, false or "local"`) {
+		t.Errorf("got %v", err)
+	}
+	c, _ := config.Load(writeFile(t, "fail_open = false\n"), env(nil))
+	if c.FailOpen != "false" {
+		t.Errorf("TOML boolean: %q", c.FailOpen)
 	}
 }

@@ -127,6 +127,30 @@ func list(key string, f func(*Config) *[]string) setting {
 
 func secret(s setting) setting { s.secret = true; return s }
 
+// failMode reads FAIL_OPEN: a boolean, or "local".
+func failMode(key string, f func(*Config) *string) setting {
+	return setting{key: key,
+		decode: func(c *Config, v any) error {
+			switch x := v.(type) {
+			case bool:
+				*f(c) = strconv.FormatBool(x)
+				return nil
+			case string:
+				x = strings.ToLower(strings.TrimSpace(x))
+				if x == FailOpenLocal {
+					*f(c) = x
+					return nil
+				}
+				if b, err := strconv.ParseBool(x); err == nil {
+					*f(c) = strconv.FormatBool(b)
+					return nil
+				}
+			}
+			return errors.New(`must be true, false or "local"`)
+		},
+		show: func(c *Config) any { return *f(c) }}
+}
+
 // settings is every key of SPEC §2, in the order -check prints them.
 var settings = []setting{
 	secret(str("upstream_url", func(c *Config) *string { return &c.UpstreamURL })),
@@ -141,7 +165,10 @@ var settings = []setting{
 	list("trusted_proxies", func(c *Config) *[]string { return &c.TrustedProxies }),
 	integer("ipv6_prefix", func(c *Config) *int64 { return &c.IPv6Prefix }),
 	secret(str("redis_url", func(c *Config) *string { return &c.RedisURL })),
-	boolean("fail_open", func(c *Config) *bool { return &c.FailOpen }),
+	str("redis_prefix", func(c *Config) *string { return &c.RedisPrefix }),
+	duration("redis_timeout", func(c *Config) *time.Duration { return &c.RedisTimeout }),
+	integer("redis_instances", func(c *Config) *int64 { return &c.RedisInstances }),
+	failMode("fail_open", func(c *Config) *string { return &c.FailOpen }),
 	boolean("rate_limit_enabled", func(c *Config) *bool { return &c.RateLimitEnabled }),
 	integer("max_tracked_keys", func(c *Config) *int64 { return &c.MaxTrackedKeys }),
 	duration("upstream_timeout", func(c *Config) *time.Duration { return &c.UpstreamTimeout }),

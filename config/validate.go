@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 )
 
 // Validate reports every semantic problem of c at once, each naming the key
@@ -66,11 +68,15 @@ func (c *Config) Validate() error {
 		bad("ipv6_prefix", c.IPv6Prefix, "must be between 1 and 128")
 	}
 	if c.RedisURL != "" {
-		if err := checkURL(c.RedisURL, "redis", "rediss", "unix"); err != nil {
+		if _, err := limits.ParseRedisURL(c.RedisURL); err != nil {
 			bad("redis_url", c.RedisURL, "%v", err)
-		} else {
-			bad("redis_url", c.RedisURL, "the Redis store is not part of this release yet; leave it empty for in-memory state")
 		}
+	}
+	if c.RedisTimeout <= 0 {
+		bad("redis_timeout", c.RedisTimeout.String(), "must be positive")
+	}
+	if c.RedisInstances < 1 {
+		bad("redis_instances", c.RedisInstances, "must be at least 1")
 	}
 	if c.UpstreamTimeout <= 0 {
 		bad("upstream_timeout", c.UpstreamTimeout.String(), "must be positive")
@@ -84,6 +90,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	oneOf("error_format", c.ErrorFormat, "auto", "flat")
+	oneOf("fail_open", c.FailOpen, FailOpenTrue, FailOpenFalse, FailOpenLocal)
 	oneOf("log_level", c.LogLevel, "debug", "info", "warn", "error")
 	oneOf("log_format", c.LogFormat, "text", "json")
 	return errors.Join(errs...)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/redistest"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 )
 
@@ -18,6 +19,31 @@ func at(sec float64) time.Time { return t0.Add(time.Duration(sec * float64(time.
 
 func rule(limit int64, window time.Duration) *limits.Rule {
 	return &limits.Rule{Name: "chat_rpm", Algorithm: limits.SlidingWindow, Limit: limit, Window: window}
+}
+
+// stores are the Store implementations every behavioural test runs against.
+// The Redis store is driven by the test's fake clock (ClientClock); one
+// redis-server serves the whole top-level test, each store under its own
+// key prefix.
+func stores(top *testing.T) map[string]func(t *testing.T) limits.Store {
+	var srv *redistest.Server
+	return map[string]func(t *testing.T) limits.Store{
+		"memory": func(*testing.T) limits.Store { return limits.NewMemory(limits.MemoryOptions{}) },
+		"redis": func(t *testing.T) limits.Store {
+			redistest.Require(t)
+			if srv == nil {
+				srv = redistest.Start(top)
+			}
+			return newRedisStore(t, srv, true)
+		},
+	}
+}
+
+// eachStore runs f once per Store implementation.
+func eachStore(t *testing.T, f func(t *testing.T, newStore func() limits.Store)) {
+	for name, mk := range stores(t) {
+		t.Run(name, func(t *testing.T) { f(t, func() limits.Store { return mk(t) }) })
+	}
 }
 
 func allow(t testing.TB, s limits.Store, r *limits.Rule, key string, cost int64, now time.Time) limits.Decision {
@@ -83,94 +109,104 @@ func TestSlidingWindowSteps(t *testing.T) {
 			{at: 60, key: "a", allowed: true},
 		}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := limits.NewMemory(limits.MemoryOptions{})
-			r := rule(tt.limit, time.Minute)
-			for i, st := range tt.steps {
-				d := allow(t, s, r, st.key, 1, at(st.at))
-				if d.Allowed != st.allowed || d.Remaining != st.remaining || d.Limit != tt.limit {
-					t.Fatalf("step %d (t=%v %s): got %+v, want allowed=%v remaining=%d", i, st.at, st.key, d, st.allowed, st.remaining)
+	eachStore(t, func(t *testing.T, newStore func() limits.Store) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				s := newStore()
+				r := rule(tt.limit, time.Minute)
+				for i, st := range tt.steps {
+					d := allow(t, s, r, st.key, 1, at(st.at))
+					if d.Allowed != st.allowed || d.Remaining != st.remaining || d.Limit != tt.limit {
+						t.Fatalf("step %d (t=%v %s): got %+v, want allowed=%v remaining=%d", i, st.at, st.key, d, st.allowed, st.remaining)
+					}
+					if !st.allowed && d.RetryAfter != st.retry {
+						t.Fatalf("step %d: RetryAfter %v, want %v", i, d.RetryAfter, st.retry)
+					}
+					if st.allowed && d.RetryAfter != 0 {
+						t.Fatalf("step %d: RetryAfter %v on an admission", i, d.RetryAfter)
+					}
+					if st.reset != 0 && d.ResetAfter != st.reset {
+						t.Fatalf("step %d: ResetAfter %v, want %v", i, d.ResetAfter, st.reset)
+					}
 				}
-				if !st.allowed && d.RetryAfter != st.retry {
-					t.Fatalf("step %d: RetryAfter %v, want %v", i, d.RetryAfter, st.retry)
-				}
-				if st.allowed && d.RetryAfter != 0 {
-					t.Fatalf("step %d: RetryAfter %v on an admission", i, d.RetryAfter)
-				}
-				if st.reset != 0 && d.ResetAfter != st.reset {
-					t.Fatalf("step %d: ResetAfter %v, want %v", i, d.ResetAfter, st.reset)
-				}
-			}
-		})
-	}
+			})
+		}
+	})
 }
 
 func TestRetryAfterIsWhenThisCostFits(t *testing.T) {
-	s := limits.NewMemory(limits.MemoryOptions{})
-	r := rule(5, time.Minute)
-	allow(t, s, r, "a", 2, at(0))
-	allow(t, s, r, "a", 2, at(10))
-	allow(t, s, r, "a", 1, at(20))
-	// Full. A cost of 3 needs the first two slots (2+2 ≥ 3) to leave: t=70.
-	if d := allow(t, s, r, "a", 3, at(30)); d.Allowed || d.RetryAfter != 40*time.Second || d.NextAfter != 30*time.Second {
-		t.Fatalf("got %+v", d)
-	}
-	// A cost above the limit can never fit.
-	if d := allow(t, s, r, "a", 6, at(30)); d.Allowed || d.RetryAfter != time.Minute {
-		t.Fatalf("got %+v", d)
-	}
+	eachStore(t, func(t *testing.T, newStore func() limits.Store) {
+		s := newStore()
+		r := rule(5, time.Minute)
+		allow(t, s, r, "a", 2, at(0))
+		allow(t, s, r, "a", 2, at(10))
+		allow(t, s, r, "a", 1, at(20))
+		// Full. A cost of 3 needs the first two slots (2+2 ≥ 3) to leave: t=70.
+		if d := allow(t, s, r, "a", 3, at(30)); d.Allowed || d.RetryAfter != 40*time.Second || d.NextAfter != 30*time.Second {
+			t.Fatalf("got %+v", d)
+		}
+		// A cost above the limit can never fit.
+		if d := allow(t, s, r, "a", 6, at(30)); d.Allowed || d.RetryAfter != time.Minute {
+			t.Fatalf("got %+v", d)
+		}
+	})
 }
 
 func TestClockGoingBackwards(t *testing.T) {
-	s := limits.NewMemory(limits.MemoryOptions{})
-	r := rule(2, time.Minute)
-	allow(t, s, r, "a", 1, at(50))
-	if d := allow(t, s, r, "a", 1, at(10)); !d.Allowed || d.Remaining != 0 {
-		t.Fatalf("got %+v", d)
-	}
-	// Both admissions count until t=110 at least; an earlier clock reading
-	// must not make either leave early.
-	if d := allow(t, s, r, "a", 1, at(109)); d.Allowed {
-		t.Fatalf("admitted a third request within the window: %+v", d)
-	}
-	if d := allow(t, s, r, "a", 1, at(110)); !d.Allowed {
-		t.Fatalf("got %+v", d)
-	}
+	eachStore(t, func(t *testing.T, newStore func() limits.Store) {
+		s := newStore()
+		r := rule(2, time.Minute)
+		allow(t, s, r, "a", 1, at(50))
+		if d := allow(t, s, r, "a", 1, at(10)); !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("got %+v", d)
+		}
+		// Both admissions count until t=110 at least; an earlier clock reading
+		// must not make either leave early.
+		if d := allow(t, s, r, "a", 1, at(109)); d.Allowed {
+			t.Fatalf("admitted a third request within the window: %+v", d)
+		}
+		if d := allow(t, s, r, "a", 1, at(110)); !d.Allowed {
+			t.Fatalf("got %+v", d)
+		}
+	})
 }
 
 func TestBatchIsAllOrNothing(t *testing.T) {
-	s := limits.NewMemory(limits.MemoryOptions{})
-	perUser := &limits.Rule{Name: "per-user", Algorithm: limits.SlidingWindow, Limit: 10, Window: time.Minute}
-	global := &limits.Rule{Name: "global", Algorithm: limits.SlidingWindow, Limit: 1, Window: time.Minute}
-	hits := func(user string) []limits.Hit {
-		return []limits.Hit{
-			{Rule: perUser, Key: limits.KeyOf("caller", user), Cost: 1},
-			{Rule: global, Key: limits.NewKey(), Cost: 1},
+	eachStore(t, func(t *testing.T, newStore func() limits.Store) {
+		s := newStore()
+		perUser := &limits.Rule{Name: "per-user", Algorithm: limits.SlidingWindow, Limit: 10, Window: time.Minute}
+		global := &limits.Rule{Name: "global", Algorithm: limits.SlidingWindow, Limit: 1, Window: time.Minute}
+		hits := func(user string) []limits.Hit {
+			return []limits.Hit{
+				{Rule: perUser, Key: limits.KeyOf("caller", user), Cost: 1},
+				{Rule: global, Key: limits.NewKey(), Cost: 1},
+			}
 		}
-	}
-	out := make([]limits.Decision, 2)
-	if ok, _ := s.Decide(context.Background(), hits("a"), at(0), out); !ok || out[0].Remaining != 9 || out[1].Remaining != 0 {
-		t.Fatalf("first batch: %v %+v", ok, out)
-	}
-	ok, _ := s.Decide(context.Background(), hits("b"), at(1), out)
-	if ok || !out[0].Allowed || out[1].Allowed {
-		t.Fatalf("second batch: %v %+v", ok, out)
-	}
-	// The refused batch recorded nothing for b on per-user.
-	if d := allow(t, s, perUser, "b", 1, at(2)); d.Remaining != 9 {
-		t.Fatalf("refused batch was recorded: %+v", d)
-	}
+		out := make([]limits.Decision, 2)
+		if ok, _ := s.Decide(context.Background(), hits("a"), at(0), out); !ok || out[0].Remaining != 9 || out[1].Remaining != 0 {
+			t.Fatalf("first batch: %v %+v", ok, out)
+		}
+		ok, _ := s.Decide(context.Background(), hits("b"), at(1), out)
+		if ok || !out[0].Allowed || out[1].Allowed {
+			t.Fatalf("second batch: %v %+v", ok, out)
+		}
+		// The refused batch recorded nothing for b on per-user.
+		if d := allow(t, s, perUser, "b", 1, at(2)); d.Remaining != 9 {
+			t.Fatalf("refused batch was recorded: %+v", d)
+		}
+	})
 }
 
 func TestMalformedBatch(t *testing.T) {
-	s := limits.NewMemory(limits.MemoryOptions{})
-	out := make([]limits.Decision, 1)
-	for _, hits := range [][]limits.Hit{nil, {{Rule: nil}}, {{Rule: rule(1, time.Minute), Cost: -1}}, {{Rule: rule(1, 0), Cost: 1}}} {
-		if _, err := s.Decide(context.Background(), hits, t0, out); err == nil {
-			t.Errorf("batch %+v accepted", hits)
+	eachStore(t, func(t *testing.T, newStore func() limits.Store) {
+		s := newStore()
+		out := make([]limits.Decision, 1)
+		for _, hits := range [][]limits.Hit{nil, {{Rule: nil}}, {{Rule: rule(1, time.Minute), Cost: -1}}, {{Rule: rule(1, 0), Cost: 1}}} {
+			if _, err := s.Decide(context.Background(), hits, t0, out); err == nil {
+				t.Errorf("batch %+v accepted", hits)
+			}
 		}
-	}
+	})
 }
 
 // TestNeverAdmitsMoreThanLimit replays random traffic and checks, against
@@ -178,72 +214,80 @@ func TestMalformedBatch(t *testing.T) {
 // limit; for limits that fit in the slot bound, the decisions must also be
 // exactly those of an unbounded log.
 func TestNeverAdmitsMoreThanLimit(t *testing.T) {
-	for _, limit := range []int64{1, 3, 20, 999, 1000, 1500, 5000} {
-		t.Run(fmt.Sprint(limit), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(uint64(limit), 7))
-			s := limits.NewMemory(limits.MemoryOptions{})
-			win := 10 * time.Second
-			r := rule(limit, win)
-			type adm struct {
-				at   time.Time
-				cost int64
-			}
-			var log []adm
-			var first int      // oldest admission still in the window
-			var inWindow int64 // cost admitted in (now-win, now]
-			now := t0
-			exactRefusals := 0
-			for i := 0; i < 20000; i++ {
-				now = now.Add(time.Duration(rng.ExpFloat64() * float64(win) / float64(limit) / 1.5))
-				cost := int64(1 + rng.IntN(3))
-				for ; first < len(log) && !log[first].at.After(now.Add(-win)); first++ {
-					inWindow -= log[first].cost
+	eachStore(t, func(t *testing.T, newStore func() limits.Store) {
+		for _, limit := range []int64{1, 3, 20, 999, 1000, 1500, 5000} {
+			t.Run(fmt.Sprint(limit), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(limit), 7))
+				s := newStore()
+				steps := 20000
+				if _, remote := s.(*limits.Redis); remote {
+					steps = 3000 // a round trip each
 				}
-				exact := inWindow+cost <= limit
-				d := allow(t, s, r, "k", cost, now)
-				if d.Allowed && !exact {
-					t.Fatalf("step %d: admitted cost %d with %d of %d used in the window", i, cost, inWindow, limit)
+				win := 10 * time.Second
+				r := rule(limit, win)
+				type adm struct {
+					at   time.Time
+					cost int64
 				}
-				if d.Allowed {
-					log = append(log, adm{now, cost})
-					inWindow += cost
-				} else if exact {
-					exactRefusals++
+				var log []adm
+				var first int      // oldest admission still in the window
+				var inWindow int64 // cost admitted in (now-win, now]
+				now := t0
+				exactRefusals := 0
+				for i := 0; i < steps; i++ {
+					now = now.Add(time.Duration(rng.ExpFloat64() * float64(win) / float64(limit) / 1.5))
+					cost := int64(1 + rng.IntN(3))
+					for ; first < len(log) && !log[first].at.After(now.Add(-win)); first++ {
+						inWindow -= log[first].cost
+					}
+					exact := inWindow+cost <= limit
+					d := allow(t, s, r, "k", cost, now)
+					if d.Allowed && !exact {
+						t.Fatalf("step %d: admitted cost %d with %d of %d used in the window", i, cost, inWindow, limit)
+					}
+					if d.Allowed {
+						log = append(log, adm{now, cost})
+						inWindow += cost
+					} else if exact {
+						exactRefusals++
+					}
 				}
-			}
-			if limit <= 1000 && exactRefusals > 0 {
-				t.Fatalf("%d refusals an exact log would have admitted", exactRefusals)
-			}
-		})
-	}
+				if limit <= 1000 && exactRefusals > 0 {
+					t.Fatalf("%d refusals an exact log would have admitted", exactRefusals)
+				}
+			})
+		}
+	})
 }
 
 func TestConcurrentExactAdmissions(t *testing.T) {
-	for round := 0; round < 20; round++ {
-		s := limits.NewMemory(limits.MemoryOptions{})
-		r := rule(20, time.Minute)
-		for i := 0; i < 10; i++ { // 10 of 20 used: 10 remain
-			allow(t, s, r, "k", 1, at(0))
+	eachStore(t, func(t *testing.T, newStore func() limits.Store) {
+		for round := 0; round < 20; round++ {
+			s := newStore()
+			r := rule(20, time.Minute)
+			for i := 0; i < 10; i++ { // 10 of 20 used: 10 remain
+				allow(t, s, r, "k", 1, at(0))
+			}
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for g := 0; g < 50; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					if allow(t, s, r, "k", 1, at(1)).Allowed {
+						admitted.Add(1)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if n := admitted.Load(); n != 10 {
+				t.Fatalf("round %d: %d admitted, want exactly 10", round, n)
+			}
 		}
-		var admitted atomic.Int64
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for g := 0; g < 50; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				if allow(t, s, r, "k", 1, at(1)).Allowed {
-					admitted.Add(1)
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-		if n := admitted.Load(); n != 10 {
-			t.Fatalf("round %d: %d admitted, want exactly 10", round, n)
-		}
-	}
+	})
 }
 
 func TestKeysAreBounded(t *testing.T) {

@@ -1,0 +1,152 @@
+package limits_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/redistest"
+	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
+)
+
+var prefixes atomic.Int64
+
+// newRedisStore is a store on srv under a fresh prefix; clientClock makes
+// it follow the test's clock instead of Redis's.
+func newRedisStore(t *testing.T, srv *redistest.Server, clientClock bool) *limits.Redis {
+	t.Helper()
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { client.Close() })
+	s := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: fmt.Sprintf("test%d:", prefixes.Add(1)),
+		Timeout: time.Second, ClientClock: clientClock})
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Two instances whose clocks disagree by hours still share one exact
+// budget: the window runs on Redis's clock.
+func TestRedisSkewedClocksAgree(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newRedisStore(t, srv, false)
+	b := newRedisStore(t, srv, false)
+	prefix := fmt.Sprintf("skew%d:", prefixes.Add(1))
+	a = limits.NewRedis(limits.RedisOptions{Client: redis.NewClient(&redis.Options{Addr: srv.Addr}), Prefix: prefix})
+	b = limits.NewRedis(limits.RedisOptions{Client: redis.NewClient(&redis.Options{Addr: srv.Addr}), Prefix: prefix})
+	r := rule(3, time.Minute)
+	now := time.Now()
+	got := []bool{
+		allow(t, a, r, "k", 1, now.Add(-3*time.Hour)).Allowed,
+		allow(t, b, r, "k", 1, now.Add(5*time.Hour)).Allowed,
+		allow(t, a, r, "k", 1, now).Allowed,
+		allow(t, b, r, "k", 1, now.Add(-time.Hour)).Allowed,
+	}
+	if fmt.Sprint(got) != "[true true true false]" {
+		t.Fatalf("admissions %v, want the first three", got)
+	}
+	d := allow(t, a, r, "k", 1, now.Add(10*time.Hour))
+	if d.Allowed || d.RetryAfter <= 59*time.Second || d.RetryAfter > time.Minute {
+		t.Fatalf("a skewed clock changed the window: %+v", d)
+	}
+}
+
+// 40 concurrent decisions split across two clients against a limit of 10
+// admit exactly 10.
+func TestRedisConcurrentAcrossClients(t *testing.T) {
+	srv := redistest.Start(t)
+	for round := 0; round < 5; round++ {
+		prefix := fmt.Sprintf("conc%d:", prefixes.Add(1))
+		stores := []*limits.Redis{
+			limits.NewRedis(limits.RedisOptions{Client: redis.NewClient(&redis.Options{Addr: srv.Addr}), Prefix: prefix, Timeout: time.Second}),
+			limits.NewRedis(limits.RedisOptions{Client: redis.NewClient(&redis.Options{Addr: srv.Addr}), Prefix: prefix, Timeout: time.Second}),
+		}
+		r := rule(10, time.Minute)
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for i := 0; i < 40; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if allow(t, stores[i%2], r, "k", 1, time.Now()).Allowed {
+					admitted.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if n := admitted.Load(); n != 10 {
+			t.Fatalf("round %d: %d admitted, want exactly 10", round, n)
+		}
+	}
+}
+
+// A dead Redis costs at most the timeout per call, then nothing (the
+// breaker opens); it is noticed back within a second of returning.
+func TestRedisBreaker(t *testing.T) {
+	srv := redistest.Start(t)
+	var mu sync.Mutex
+	var states []bool
+	s := limits.NewRedis(limits.RedisOptions{
+		Client: redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1}), Prefix: "breaker:", Timeout: 50 * time.Millisecond,
+		OnStateChange: func(up bool, _ error) { mu.Lock(); states = append(states, up); mu.Unlock() },
+	})
+	t.Cleanup(s.Close)
+	r := rule(100, time.Minute)
+	out := make([]limits.Decision, 1)
+	hits := []limits.Hit{{Rule: r, Key: limits.KeyOf("caller", "k"), Cost: 1}}
+	if _, err := s.Decide(context.Background(), hits, time.Now(), out); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	for i := 0; i < 3; i++ {
+		start := time.Now()
+		_, err := s.Decide(context.Background(), hits, time.Now(), out)
+		if err == nil || time.Since(start) > 500*time.Millisecond {
+			t.Fatalf("call %d on a dead Redis: %v after %v", i, err, time.Since(start))
+		}
+	}
+	if _, err := s.Decide(context.Background(), hits, time.Now(), out); !errors.Is(err, limits.ErrUnavailable) || s.Up() {
+		t.Fatalf("breaker not open: %v", err)
+	}
+	srv.Restart(t)
+	deadline := time.Now().Add(2 * time.Second)
+	for !s.Up() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !s.Up() {
+		t.Fatal("Redis back, store still down after 2 s")
+	}
+	if _, err := s.Decide(context.Background(), hits, time.Now(), out); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(states) != "[false true]" {
+		t.Fatalf("state changes %v, want one down then one up", states)
+	}
+}
+
+func TestParseRedisURL(t *testing.T) {
+	for raw, want := range map[string]string{
+		"redis://:pw@h:6379/2":                        "addrs=[h:6379] master= cluster=false db=2 pw=pw",
+		"rediss://h:6380":                             "addrs=[h:6380] master= cluster=false db=0 pw=",
+		"redis://h1:7000,h2:7001":                     "addrs=[h1:7000 h2:7001] master= cluster=true db=0 pw=",
+		"redis+sentinel://:pw@s1:26379,s2/mymaster/1": "addrs=[s1:26379 s2] master=mymaster cluster=false db=1 pw=pw",
+	} {
+		o, err := limits.ParseRedisURL(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		got := fmt.Sprintf("addrs=%v master=%s cluster=%v db=%d pw=%s", o.Addrs, o.MasterName, o.IsClusterMode, o.DB, o.Password)
+		if got != want {
+			t.Errorf("%s: %s, want %s", raw, got, want)
+		}
+	}
+	if _, err := limits.ParseRedisURL("redis+sentinel://s1:26379"); err == nil {
+		t.Error("sentinel URL without a master accepted")
+	}
+}
