@@ -186,11 +186,17 @@ func ParseRedisURL(raw string) (*redis.UniversalOptions, error) {
 	return parseRedisURL(raw)
 }
 
-// NewRedisClient builds the UniversalClient for REDIS_URL.
+// NewRedisClient builds the UniversalClient for REDIS_URL, tuned for
+// decisions bounded by a short timeout: the context's deadline governs
+// every socket operation, and a failed call is not retried (a retry would
+// only spend the same deadline; the next request tries again).
 func NewRedisClient(raw string) (redis.UniversalClient, error) {
 	o, err := parseRedisURL(raw)
 	if err != nil {
 		return nil, err
 	}
+	o.ContextTimeoutEnabled = true
+	o.MaxRetries = -1
+	o.DialTimeout = time.Second
 	return redis.NewUniversalClient(o), nil
 }

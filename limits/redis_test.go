@@ -150,3 +150,31 @@ func TestParseRedisURL(t *testing.T) {
 		t.Error("sentinel URL without a master accepted")
 	}
 }
+
+// With FAIL_OPEN=local a dead Redis hands decisions to memory with the
+// limit divided by the instance count.
+func TestFallbackToLocal(t *testing.T) {
+	srv := redistest.Start(t)
+	rs := limits.NewRedis(limits.RedisOptions{Client: redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1}), Prefix: "fb:", Timeout: 50 * time.Millisecond})
+	t.Cleanup(rs.Close)
+	var local atomic.Int64
+	f := limits.NewFallback(rs, limits.NewMemory(limits.MemoryOptions{}), 4)
+	f.OnFallback = func() { local.Add(1) }
+	r := rule(10, time.Minute)
+	if d := allow(t, f, r, "k", 1, time.Now()); !d.Allowed || d.Remaining != 9 || local.Load() != 0 {
+		t.Fatalf("shared: %+v", d)
+	}
+	srv.Stop()
+	var admitted int
+	for i := 0; i < 10; i++ {
+		if d := allow(t, f, r, "k", 1, time.Now()); d.Allowed {
+			admitted++
+			if d.Limit != 2 {
+				t.Fatalf("local limit %d, want 10/4 = 2", d.Limit)
+			}
+		}
+	}
+	if admitted != 2 || local.Load() != 10 {
+		t.Fatalf("%d admitted locally (want 2), %d local decisions", admitted, local.Load())
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ratelimit-proxy/ratelimit-proxy/config"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 )
 
@@ -27,18 +28,29 @@ func (p *Proxy) AdminHandler(g prometheus.Gatherer) http.Handler {
 	return r
 }
 
-// readyz is 200 while the proxy serves as configured. The in-memory store
-// cannot become unreachable; the Redis store of a later release reports its
-// state here.
+// readyz is 200 while the proxy serves as configured, with the state
+// store's state in the body; 503 when it cannot: the store is down and
+// FAIL_OPEN=false refuses every protected request.
 func (p *Proxy) readyz(w http.ResponseWriter, _ *http.Request) {
+	up := p.storeUp()
+	state := "up"
+	if !up {
+		state = "down"
+	}
+	ready := up || p.cfg.FailOpen != config.FailOpenFalse || !p.cfg.RateLimitEnabled
 	body := map[string]any{
 		"status":             "ready",
-		"store":              "memory",
-		"store_state":        "ok",
+		"store":              p.storeName,
+		"store_state":        state,
+		"fail_open":          p.cfg.FailOpen,
 		"rate_limit_enabled": p.cfg.RateLimitEnabled,
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
+	if !ready {
+		body["status"] = "unavailable"
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
 	json.NewEncoder(w).Encode(body)
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimit-proxy/ratelimit-proxy/config"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
 )
@@ -149,11 +150,11 @@ func (p *Proxy) refuse(x *exchange, r *http.Request, h *limits.Hit, loggedKey st
 func (p *Proxy) storeFailed(x *exchange, r *http.Request, c caller, now time.Time, err error) bool {
 	p.metrics.storeErrors.Inc()
 	x.decision = decStoreError
-	if p.cfg.FailOpen {
-		p.log.Warn("rate limiter store failed; admitting (fail_open)", "err", err)
+	if p.cfg.FailOpen != config.FailOpenFalse {
+		p.log.Debug("rate limiter store failed; admitting (fail_open)", "err", err)
 		return p.guardBody(x, r, c, now)
 	}
-	p.log.Error("rate limiter store failed; refusing (fail_open=false)", "err", err)
+	p.log.Debug("rate limiter store failed; refusing (fail_open=false)", "err", err)
 	x.Header()["Retry-After"] = []string{"1"}
 	p.writeError(x, r, &apiError{status: http.StatusServiceUnavailable, code: codeStoreDown,
 		message: "The rate limiter is unavailable. Please retry shortly."})

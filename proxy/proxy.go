@@ -39,6 +39,10 @@ type Options struct {
 	Transport http.RoundTripper
 	// Tokenizer counts input tokens; one is made when nil.
 	Tokenizer *tokens.Tokenizer
+	// StoreName ("memory", "redis") and StoreUp describe the state store
+	// on /readyz; StoreUp nil means always up.
+	StoreName string
+	StoreUp   func() bool
 }
 
 // Proxy is the guarded reverse proxy.
@@ -53,6 +57,8 @@ type Proxy struct {
 	flatErrors bool
 	metrics    *metrics
 	tokens     *tokens.Tokenizer
+	storeName  string
+	storeUp    func() bool
 	forward    http.Handler
 	pool       sync.Pool
 }
@@ -76,6 +82,14 @@ func New(o Options) (*Proxy, error) {
 		flatErrors: c.ErrorFormat == "flat",
 		ips:        clientIPs{ipv6Prefix: int(c.IPv6Prefix)},
 		tokens:     o.Tokenizer,
+		storeName:  o.StoreName,
+		storeUp:    o.StoreUp,
+	}
+	if p.storeName == "" {
+		p.storeName = "memory"
+	}
+	if p.storeUp == nil {
+		p.storeUp = func() bool { return true }
 	}
 	if p.tokens == nil {
 		p.tokens = tokens.New()

@@ -229,7 +229,7 @@ func TestFailOpenAndClosed(t *testing.T) {
 	if w.Code != 200 || w.Header().Get("RateLimit-Policy") != "" {
 		t.Fatalf("fail open: %d %v", w.Code, w.Header())
 	}
-	closed := newFixture(t, func(c *config.Config, o *proxy.Options) { o.Store = failingStore{}; c.FailOpen = false })
+	closed := newFixture(t, func(c *config.Config, o *proxy.Options) { o.Store = failingStore{}; c.FailOpen = config.FailOpenFalse })
 	w = closed.do("/v1/chat/completions", "203.0.113.7:1")
 	if w.Code != 503 || !strings.Contains(w.Body.String(), `"code":"rate_limiter_unavailable"`) || closed.upstream.Load() != 0 {
 		t.Fatalf("fail closed: %d %s", w.Code, w.Body)

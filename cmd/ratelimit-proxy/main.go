@@ -136,10 +136,19 @@ func serve(cfg config.Config, log *slog.Logger) error {
 	}
 	log.Debug("token encodings loaded", "took", time.Since(start))
 
-	store := limits.NewMemory(limits.MemoryOptions{MaxKeys: int(cfg.MaxTrackedKeys)})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p, err := proxy.New(proxy.Options{Config: cfg, Store: store, Logger: log, Registerer: reg, Stats: store.Stats, Tokenizer: tk})
+	memory := limits.NewMemory(limits.MemoryOptions{MaxKeys: int(cfg.MaxTrackedKeys)})
+	opts := proxy.Options{Config: cfg, Store: memory, Logger: log, Registerer: reg, Stats: memory.Stats, Tokenizer: tk}
+	if cfg.RedisURL != "" {
+		shared, err := newRedisStore(cfg, reg, log, memory)
+		if err != nil {
+			return err
+		}
+		defer shared.close()
+		opts.Store, opts.StoreName, opts.StoreUp = shared.store, "redis", shared.redis.Up
+	}
+	p, err := proxy.New(opts)
 	if err != nil {
 		return err
 	}
@@ -153,7 +162,7 @@ func serve(cfg config.Config, log *slog.Logger) error {
 		public.Close()
 		return err
 	}
-	go sweep(ctx, store, log)
+	go sweep(ctx, memory, log)
 
 	<-ctx.Done()
 	log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout)
@@ -222,4 +231,46 @@ func serveMock(cfg config.Config, log *slog.Logger) error {
 	drain, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	return srv.Shutdown(drain)
+}
+
+// sharedStore is the Redis store and what it is wrapped in.
+type sharedStore struct {
+	redis  *limits.Redis
+	store  limits.Store // redis, or the local fallback around it
+	client interface{ Close() error }
+}
+
+func (s *sharedStore) close() {
+	s.redis.Close()
+	s.client.Close()
+}
+
+// newRedisStore connects to REDIS_URL. An unreachable Redis does not stop
+// the start: the breaker and FAIL_OPEN decide, and the probe notices when
+// it comes.
+func newRedisStore(cfg config.Config, reg prometheus.Registerer, log *slog.Logger, memory *limits.Memory) (*sharedStore, error) {
+	client, err := limits.NewRedisClient(cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("redis_url: %w", err)
+	}
+	sm, err := proxy.NewStoreMetrics(reg, log)
+	if err != nil {
+		return nil, err
+	}
+	rs := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: cfg.RedisPrefix, Timeout: cfg.RedisTimeout,
+		OnCall: sm.Call, OnStateChange: sm.StateChange})
+	s := &sharedStore{redis: rs, store: rs, client: client}
+	if cfg.FailOpen == config.FailOpenLocal {
+		fb := limits.NewFallback(rs, memory, cfg.RedisInstances)
+		fb.OnFallback = sm.Fallback
+		s.store = fb
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := client.Ping(ctx).Err(); err != nil {
+		log.Warn("redis not reachable at start; FAIL_OPEN applies until it is", "err", err, "fail_open", cfg.FailOpen)
+	} else {
+		log.Info("shared state in redis", "prefix", cfg.RedisPrefix, "fail_open", cfg.FailOpen)
+	}
+	return s, nil
 }
