@@ -37,7 +37,7 @@ func (c *Config) Validate() error {
 			bad(a.key, a.addr, "%v", err)
 		}
 	}
-	if c.ListenAddr == c.AdminAddr {
+	if c.ListenAddr == c.AdminAddr && !strings.HasSuffix(c.ListenAddr, ":0") { // port 0: two distinct ports
 		bad("admin_addr", c.AdminAddr, "must differ from listen_addr: the admin endpoints never share the public listener")
 	}
 	for _, n := range []struct {

@@ -61,9 +61,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	cfg, err := config.Load(*cfgPath, nil)
 	cfg.Demo = *demo || *mock
-	if err == nil {
-		err = cfg.Validate()
-	}
+	// Report every problem at once: what did not decode, and what decoded
+	// but is out of range.
+	err = errors.Join(err, cfg.Validate())
 	if err != nil {
 		fmt.Fprintf(stderr, "ratelimit-proxy: invalid configuration: %s\n", oneLine(err))
 		return 1
