@@ -148,12 +148,6 @@ func envList(env map[string]string) []string {
 // startProxy starts the binary with exactly baseEnv(upstreamURL) plus extra
 // (nothing inherited from the test's environment) and waits until both
 // listeners are up. t.Cleanup stops it with SIGTERM.
-//
-// Product bug workaround: config/validate.go rejects LISTEN_ADDR and
-// ADMIN_ADDR both "127.0.0.1:0" as "the same address" although port 0 gives
-// each listener its own port. TestBothListenersOnEphemeralPorts fails on
-// that; here the start is retried with ADMIN_ADDR=localhost:0 so the other
-// tests still exercise the proxy.
 func startProxy(t *testing.T, upstreamURL string, extra map[string]string, args ...string) *proc {
 	t.Helper()
 	env := baseEnv(upstreamURL)
@@ -161,11 +155,6 @@ func startProxy(t *testing.T, upstreamURL string, extra map[string]string, args 
 		env[k] = v
 	}
 	p, err := launch(t, env, args...)
-	if err != nil && strings.Contains(p.logs.Text(), "must differ from listen_addr") && extra["ADMIN_ADDR"] == "" {
-		t.Logf("product bug (see TestBothListenersOnEphemeralPorts): both listeners on 127.0.0.1:0 refused; retrying with ADMIN_ADDR=localhost:0")
-		env["ADMIN_ADDR"] = "localhost:0"
-		p, err = launch(t, env, args...)
-	}
 	if err != nil {
 		t.Fatalf("starting ratelimit-proxy %v: %v\nstderr:\n%s", args, err, p.logs.Text())
 	}

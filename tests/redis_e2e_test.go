@@ -81,7 +81,9 @@ func TestRedisGoesAwayAndComesBack(t *testing.T) {
 			if (failOpen == "false") != (ready.StatusCode == 503) {
 				t.Fatalf("/readyz while Redis is down: %d %s", ready.StatusCode, ready.body)
 			}
-			if !waitFor(5*time.Second, func() bool { return len(p.logs.Lines()) > 0 && strings.Contains(p.logs.Text(), "state store unreachable") }) {
+			if !waitFor(5*time.Second, func() bool {
+				return len(p.logs.Lines()) > 0 && strings.Contains(p.logs.Text(), "state store unreachable")
+			}) {
 				t.Fatal("the outage was not logged")
 			}
 
