@@ -1,0 +1,54 @@
+package upstream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"testing"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/upstream"
+)
+
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+var _ net.Error = timeoutErr{}
+
+func TestStatus(t *testing.T) {
+	live := context.Background()
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want int
+	}{
+		{"refused", live, &net.OpError{Op: "dial", Err: errors.New("connection refused")}, http.StatusBadGateway},
+		{"response header timeout", live, timeoutErr{}, http.StatusGatewayTimeout},
+		{"deadline", live, fmt.Errorf("read: %w", os.ErrDeadlineExceeded), http.StatusGatewayTimeout},
+		{"context deadline", live, context.DeadlineExceeded, http.StatusGatewayTimeout},
+		{"client went away", gone, context.Canceled, upstream.StatusClientClosed},
+		{"client went away during a dial error", gone, errors.New("dial: operation was canceled"), upstream.StatusClientClosed},
+		{"unexpected EOF", live, errors.New("unexpected EOF"), http.StatusBadGateway},
+	}
+	for _, tt := range tests {
+		if got := upstream.Status(tt.ctx, tt.err); got != tt.want {
+			t.Errorf("%s: %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+// The transport keeps enough idle connections for a burst to one host.
+func TestTransportPoolsPerHost(t *testing.T) {
+	tr := upstream.NewTransport(0)
+	if tr.MaxIdleConnsPerHost < 256 || tr.Proxy != nil || !tr.DisableCompression {
+		t.Fatalf("transport %+v", tr)
+	}
+}
