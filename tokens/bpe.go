@@ -79,9 +79,20 @@ func (e *Encoding) Count(text string, limit int) (int, error) {
 // every chunk, and memory is bounded by the chunk, not the text.
 const chunkBytes = 4096
 
+var chunks = sync.Pool{New: func() any { return new([chunkBytes]rune) }}
+
 // countBytes is Count on loaded ranks.
 func (e *Encoding) countBytes(text []byte, limit int) int {
-	var buf [chunkBytes]rune
+	// Most values are short: decode them into a small stack buffer, and
+	// only longer text into a pooled chunk-sized one (a [4096]rune on the
+	// stack would be zeroed, 16 KiB, for every role and name).
+	var small [256]rune
+	buf := small[:]
+	if len(text) > len(small) {
+		pb := chunks.Get().(*[chunkBytes]rune)
+		defer chunks.Put(pb)
+		buf = pb[:]
+	}
 	n := 0
 	for len(text) > 0 {
 		k := len(text)

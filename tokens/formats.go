@@ -21,8 +21,9 @@ const maxToolsJSON = 1 << 20
 
 // jsonModel returns the top-level "model" of a JSON body ("" if none). It
 // stops at that field, so when model comes first it reads almost nothing.
-func jsonModel(r io.Reader, size int64) (string, error) {
-	j := newJSONReader(r, size)
+func jsonModel(r io.Reader) (string, error) {
+	j := newJSONReader(r)
+	defer j.free()
 	if k, err := j.kind(); err != nil || k != '{' {
 		return "", err
 	}
@@ -60,8 +61,9 @@ type walker struct {
 }
 
 // countJSON counts the text a model reads in a JSON body of format f.
-func countJSON(r io.Reader, size int64, f Format, model string, m *meter) error {
-	w := &walker{j: newJSONReader(r, size), m: m, format: f, model: model}
+func countJSON(r io.Reader, f Format, model string, m *meter) error {
+	w := &walker{j: newJSONReader(r), m: m, format: f, model: model}
+	defer w.j.free()
 	k, err := w.j.kind()
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -38,9 +39,26 @@ func (e *InvalidError) Error() string { return e.msg }
 // errCaptureFull stops a capture that grew past its bound.
 var errCaptureFull = errors.New("captured value too large")
 
-// newJSONReader reads r, of size bytes (for sizing the buffer).
-func newJSONReader(r io.Reader, size int64) *jsonReader {
-	return &jsonReader{r: bufio.NewReaderSize(r, int(min(max(size, 16), 16<<10)))}
+// readers recycles jsonReaders: each holds a 16 KiB read buffer and a 4
+// KiB string buffer that would otherwise be allocated and zeroed twice per
+// request.
+var readers = sync.Pool{New: func() any { return &jsonReader{r: bufio.NewReaderSize(nil, 16<<10)} }}
+
+// newJSONReader returns a reader of r; release it with free.
+func newJSONReader(r io.Reader) *jsonReader {
+	j := readers.Get().(*jsonReader)
+	j.r.Reset(r)
+	j.off, j.depth, j.capture, j.capturing, j.captureMax = 0, 0, j.capture[:0], false, 0
+	return j
+}
+
+// free returns j to the pool; j must not be used after.
+func (j *jsonReader) free() {
+	j.r.Reset(nil)
+	if cap(j.capture) > 64<<10 {
+		j.capture = nil // do not keep a large captured tools array alive
+	}
+	readers.Put(j)
 }
 
 func (j *jsonReader) fail(format string, args ...any) error {

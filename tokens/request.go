@@ -85,7 +85,7 @@ func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
 		var err error
 		switch kind {
 		case bodyJSON:
-			model, err = jsonModel(open(), req.Size)
+			model, err = jsonModel(open())
 		case bodyMultipart:
 			model, err = multipartModel(open(), params["boundary"])
 		}
@@ -107,7 +107,7 @@ func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
 	var err error
 	switch kind {
 	case bodyJSON:
-		err = countJSON(open(), req.Size, req.Format, model, m)
+		err = countJSON(open(), req.Format, model, m)
 	case bodyMultipart:
 		err = countMultipart(open(), params["boundary"], model, m)
 	case bodyForm:
