@@ -46,18 +46,19 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64, now time.Time) 
 	defer rc.SetReadDeadline(time.Time{})
 
 	body := http.MaxBytesReader(w, r.Body, max)
-	hint := memBodyMax
-	if r.ContentLength >= 0 && r.ContentLength < memBodyMax {
-		hint = int(r.ContentLength) + 1 // +1: see EOF without growing
+	hint := 4 << 10
+	if r.ContentLength >= 0 {
+		hint = int(min(r.ContentLength, memBodyMax)) + 1 // +1: see EOF without growing
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, hint))
-	n, err := io.CopyN(buf, body, memBodyMax+1)
+	mem, err := readUpTo(body, memBodyMax+1, hint)
 	if errors.Is(err, io.EOF) {
-		return &spooled{mem: buf.Bytes(), size: n}, nil
+		return &spooled{mem: mem, size: int64(len(mem))}, nil
 	}
 	if err != nil {
 		return nil, bodyError(err)
 	}
+	buf := bytes.NewBuffer(mem)
+	n := int64(len(mem))
 	// Larger than memory allows: spool to disk.
 	f, err := os.CreateTemp("", "ratelimit-proxy-body-*")
 	if err != nil {
@@ -144,6 +145,29 @@ func oversizedFile(contentType string, body io.ReaderAt, size, maxFile int64) (b
 			if _, err := io.Copy(io.Discard, p); err != nil {
 				return false, errors.New("invalid multipart body: truncated part")
 			}
+		}
+	}
+}
+
+// readUpTo reads r until EOF (returned as io.EOF, with the data) or until
+// limit bytes (returned with a nil error), growing from hint but never
+// past limit: a body just over the in-memory threshold must not double
+// the buffer to hold one more byte.
+func readUpTo(r io.Reader, limit, hint int) ([]byte, error) {
+	b := make([]byte, 0, min(hint, limit))
+	for {
+		if len(b) == cap(b) {
+			if len(b) == limit {
+				return b, nil
+			}
+			nb := make([]byte, len(b), min(max(2*cap(b), 512), limit))
+			copy(nb, b)
+			b = nb
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			return b, err
 		}
 	}
 }
