@@ -106,6 +106,19 @@ func countJSON(r io.Reader, f Format, model string, m *meter) error {
 	return nil
 }
 
+// is reports whether the next value is of kind k (see jsonReader.kind);
+// a value of another kind is skipped, and ok is false.
+func (w *walker) is(k byte) (ok bool, err error) {
+	got, err := w.j.kind()
+	if err != nil {
+		return false, err
+	}
+	if got != k {
+		return false, w.j.skip()
+	}
+	return true, nil
+}
+
 // str counts the string value next in the stream.
 func (w *walker) str() error {
 	if err := w.j.str(w.m.stream()); err != nil {
@@ -137,10 +150,7 @@ func (w *walker) anyText() error {
 // with content parts and tool calls read for their text.
 func (w *walker) chatMessages() error {
 	return w.j.array(func(int) error {
-		if k, err := w.j.kind(); err != nil || k != '{' {
-			if err == nil {
-				err = w.j.skip()
-			}
+		if ok, err := w.is('{'); !ok {
 			return err
 		}
 		if err := w.m.add(perMessage); err != nil {
@@ -173,10 +183,7 @@ func (w *walker) chatMessages() error {
 
 // toolCall counts an assistant tool call's function name and arguments.
 func (w *walker) toolCall() error {
-	if k, err := w.j.kind(); err != nil || k != '{' {
-		if err == nil {
-			err = w.j.skip()
-		}
+	if ok, err := w.is('{'); !ok {
 		return err
 	}
 	return w.j.object(func(key []byte) error {
@@ -184,10 +191,7 @@ func (w *walker) toolCall() error {
 		case "function":
 			return w.toolCall()
 		case "name", "arguments":
-			if k, err := w.j.kind(); err != nil || k != '"' {
-				if err == nil {
-					err = w.j.skip()
-				}
+			if ok, err := w.is('"'); !ok {
 				return err
 			}
 			return w.str()
@@ -249,23 +253,19 @@ func (w *walker) stringOrSkip() (string, error) {
 	return w.j.stringValue(64)
 }
 
-// rawAsText counts a value's JSON text (a tool input, an oversized schema).
+// rawAsText counts a value's JSON text (a tool input).
 func (w *walker) rawAsText() error {
 	raw, err := w.j.captureValue(maxToolsJSON)
-	if errors.Is(err, errCaptureFull) {
-		// Too big to hold: count what was captured, then stop; the rest
-		// can only add tokens to a count already past any sane cap.
-		if err := w.m.text(raw); err != nil {
-			return err
-		}
-		if err := w.m.endText(); err != nil {
-			return err
-		}
-		return w.j.skip()
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, errCaptureFull) {
 		return err
 	}
+	return w.countRaw(raw)
+}
+
+// countRaw counts raw JSON as one text value. For a value larger than
+// maxToolsJSON only its start was kept: the rest can only add to a count
+// already past any sane cap.
+func (w *walker) countRaw(raw []byte) error {
 	if err := w.m.text(raw); err != nil {
 		return err
 	}
@@ -309,9 +309,7 @@ func (w *walker) promptOrInput() error {
 func (w *walker) responseItem() error {
 	return w.j.object(func(key []byte) error {
 		switch string(key) {
-		case "role", "name", "arguments", "output":
-			return w.anyText()
-		case "content":
+		case "role", "name", "arguments", "output", "content":
 			return w.anyText()
 		}
 		return w.j.skip()
@@ -323,10 +321,7 @@ func (w *walker) responseItem() error {
 // so only content is counted.
 func (w *walker) anthropicMessages() error {
 	return w.j.array(func(int) error {
-		if k, err := w.j.kind(); err != nil || k != '{' {
-			if err == nil {
-				err = w.j.skip()
-			}
+		if ok, err := w.is('{'); !ok {
 			return err
 		}
 		return w.j.object(func(key []byte) error {
@@ -394,13 +389,7 @@ func (o *orderedProps) UnmarshalJSON(b []byte) error {
 func (w *walker) tools(legacy bool) error {
 	raw, err := w.j.captureValue(maxToolsJSON)
 	if errors.Is(err, errCaptureFull) {
-		if err := w.m.text(raw); err != nil {
-			return err
-		}
-		if err := w.m.endText(); err != nil {
-			return err
-		}
-		return w.j.skip()
+		return w.countRaw(raw) // too large to decode: counted as text
 	}
 	if err != nil {
 		return err

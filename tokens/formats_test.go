@@ -228,3 +228,18 @@ func TestEarlyStop(t *testing.T) {
 // chunkTokens bounds how far past the cap a stopped count may go: one
 // chunk of text.
 const chunkTokens = 4096
+
+// A tools array too large to decode is counted as text, and the fields
+// after it are still read.
+func TestOversizedToolsAreCountedAsText(t *testing.T) {
+	desc := strings.Repeat("word ", 300<<10) // 1.5 MB
+	body := `{"model":"gpt-4o","tools":[{"type":"function","function":{"name":"f","description":"` + desc + `"}}],"messages":[{"role":"user","content":"after"}]}`
+	est := estimate(t, tokens.FormatChat, "application/json", body, -1)
+	if est.Tokens < 200000 || est.Stopped {
+		t.Fatalf("got %+v", est)
+	}
+	small := estimate(t, tokens.FormatChat, "application/json", `{"model":"gpt-4o","tools":[{"type":"function","function":{"name":"f","description":"`+desc+`"}}]}`, -1)
+	if est.Tokens-small.Tokens != 3+n(t, "gpt-4o", "user")+n(t, "gpt-4o", "after")+3 {
+		t.Fatalf("messages after the tools not counted: %d vs %d", est.Tokens, small.Tokens)
+	}
+}

@@ -55,10 +55,7 @@ func (w *walker) imageURL(img *imageRef) error {
 // "media_type","data"} or {"type":"url","url"}.
 func (w *walker) imageSource(img *imageRef) error {
 	img.present = true
-	if k, err := w.j.kind(); err != nil || k != '{' {
-		if err == nil {
-			err = w.j.skip()
-		}
+	if ok, err := w.is('{'); !ok {
 		return err
 	}
 	mediaType := ""
@@ -78,10 +75,7 @@ func (w *walker) imageSource(img *imageRef) error {
 // imageData reads a string holding a data URL (or, with mediaType, bare
 // base64) and records the image's dimensions when its header decodes.
 func (w *walker) imageData(img *imageRef, mediaType string) error {
-	if k, err := w.j.kind(); err != nil || k != '"' {
-		if err == nil {
-			err = w.j.skip()
-		}
+	if ok, err := w.is('"'); !ok {
 		return err
 	}
 	var head []byte

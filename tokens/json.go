@@ -25,6 +25,7 @@ type jsonReader struct {
 	capture    []byte
 	capturing  bool
 	captureMax int
+	overflow   bool // the captured value outgrew captureMax: capture holds its start
 	strBuf     [4096]byte // str's output buffer; str is never re-entered
 }
 
@@ -36,7 +37,7 @@ type InvalidError struct{ msg string }
 
 func (e *InvalidError) Error() string { return e.msg }
 
-// errCaptureFull stops a capture that grew past its bound.
+// errCaptureFull reports a captured value larger than its bound.
 var errCaptureFull = errors.New("captured value too large")
 
 // readers recycles jsonReaders: each holds a 16 KiB read buffer and a 4
@@ -48,7 +49,7 @@ var readers = sync.Pool{New: func() any { return &jsonReader{r: bufio.NewReaderS
 func newJSONReader(r io.Reader) *jsonReader {
 	j := readers.Get().(*jsonReader)
 	j.r.Reset(r)
-	j.off, j.depth, j.capture, j.capturing, j.captureMax = 0, 0, j.capture[:0], false, 0
+	j.off, j.depth, j.capture, j.capturing, j.captureMax, j.overflow = 0, 0, j.capture[:0], false, 0, false
 	return j
 }
 
@@ -75,10 +76,11 @@ func (j *jsonReader) readByte() (byte, error) {
 	}
 	j.off++
 	if j.capturing {
-		if len(j.capture) >= j.captureMax {
-			return 0, errCaptureFull
+		if len(j.capture) < j.captureMax {
+			j.capture = append(j.capture, c)
+		} else {
+			j.overflow = true
 		}
-		j.capture = append(j.capture, c)
 	}
 	return c, nil
 }
@@ -332,10 +334,11 @@ func (j *jsonReader) consume(n int) error {
 		return nil
 	}
 	if j.capturing {
-		if len(j.capture)+n > j.captureMax {
-			return errCaptureFull
-		}
 		b, _ := j.r.Peek(n)
+		room := j.captureMax - len(j.capture)
+		if n > room {
+			b, j.overflow = b[:max(room, 0)], true
+		}
 		j.capture = append(j.capture, b...)
 	}
 	j.r.Discard(n)
@@ -508,14 +511,18 @@ func (j *jsonReader) number() error {
 	return nil
 }
 
-// captureValue consumes one value and returns its raw JSON text, or
-// errCaptureFull past max bytes (the value is then not fully consumed).
+// captureValue consumes one value and returns its raw JSON text; past max
+// bytes it returns the first max bytes and errCaptureFull (the value is
+// consumed either way).
 func (j *jsonReader) captureValue(max int) ([]byte, error) {
 	if _, err := j.peek(); err != nil {
 		return nil, err
 	}
-	j.capture, j.capturing, j.captureMax = j.capture[:0], true, max
+	j.capture, j.capturing, j.captureMax, j.overflow = j.capture[:0], true, max, false
 	err := j.skip()
 	j.capturing = false
+	if err == nil && j.overflow {
+		err = errCaptureFull
+	}
 	return j.capture, err
 }
