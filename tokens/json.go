@@ -25,7 +25,7 @@ type jsonReader struct {
 	capture    []byte
 	capturing  bool
 	captureMax int
-	overflow   bool // the captured value outgrew captureMax: capture holds its start
+	overflow   bool       // the captured value outgrew captureMax: capture holds its start
 	strBuf     [4096]byte // str's output buffer; str is never re-entered
 }
 
