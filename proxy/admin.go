@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -12,8 +13,9 @@ import (
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 )
 
-// AdminHandler serves the admin listener: /metrics from g, /healthz and
-// /readyz. It must never be mounted on the public listener.
+// AdminHandler serves the admin listener: /metrics from g, /healthz,
+// /readyz and /debug/pprof/. It must never be mounted on the public
+// listener.
 func (p *Proxy) AdminHandler(g prometheus.Gatherer) http.Handler {
 	r := chi.NewRouter()
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{
@@ -25,6 +27,9 @@ func (p *Proxy) AdminHandler(g prometheus.Gatherer) http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	r.Get("/readyz", p.readyz)
+	// Go's profiler, for operators chasing CPU or memory; the admin
+	// listener is private by contract.
+	r.Mount("/debug", middleware.Profiler())
 	return r
 }
 

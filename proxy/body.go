@@ -96,13 +96,26 @@ func (s *spooled) readerAt() io.ReaderAt {
 }
 
 // upstreamBody is what the upstream request sends: the bytes as received.
-// An in-memory body is a NopCloser around a bytes.Reader, which the
-// transport recognises and writes with the headers in one syscall.
 func (s *spooled) upstreamBody() io.ReadCloser {
 	if s.file != nil {
 		return io.NopCloser(io.NewSectionReader(s.file, 0, s.size))
 	}
-	return io.NopCloser(bytes.NewReader(s.mem))
+	return memBody{bytes.NewReader(s.mem)}
+}
+
+// memBody is an in-memory request body. outgoingBody recognises it, so
+// that the transport gets a NopCloser around a bytes.Reader, which it
+// writes with the headers in one syscall.
+type memBody struct{ *bytes.Reader }
+
+func (memBody) Close() error { return nil }
+
+// outgoingBody is upstream.Options.OutgoingBody.
+func outgoingBody(in *http.Request) io.ReadCloser {
+	if b, ok := in.Body.(memBody); ok {
+		return io.NopCloser(b.Reader)
+	}
+	return nil
 }
 
 func (s *spooled) close() {

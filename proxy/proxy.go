@@ -134,6 +134,7 @@ func New(o Options) (*Proxy, error) {
 		TrustForwarded:        p.ips.trustedPeer,
 		ErrorHandler:          p.upstreamError,
 		Transport:             o.Transport,
+		OutgoingBody:          outgoingBody,
 	})
 	p.pool.New = func() any { return new(exchange) }
 	return p, nil

@@ -7,6 +7,7 @@ package upstream
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -30,6 +31,11 @@ type Options struct {
 	ErrorHandler func(w http.ResponseWriter, r *http.Request, status int)
 	// Transport replaces the default tuned transport (tests).
 	Transport http.RoundTripper
+	// OutgoingBody, when set and returning non-nil, is the body sent
+	// upstream instead of ReverseProxy's wrapper of the inbound one. A
+	// NopCloser around a bytes.Reader lets the transport write the headers
+	// and body in one syscall, which ReverseProxy's wrapper prevents.
+	OutgoingBody func(in *http.Request) io.ReadCloser
 }
 
 // StatusClientClosed is the status ErrorHandler gets when the client
@@ -49,6 +55,11 @@ func New(o Options) *httputil.ReverseProxy {
 	}
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
+			if o.OutgoingBody != nil && pr.Out.Body != nil {
+				if b := o.OutgoingBody(pr.In); b != nil {
+					pr.Out.Body = b
+				}
+			}
 			pr.SetURL(target)
 			if trust(pr.In) {
 				// Keep the chain a trusted proxy built; SetXForwarded
