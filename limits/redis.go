@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -198,5 +199,11 @@ func NewRedisClient(raw string) (redis.UniversalClient, error) {
 	o.ContextTimeoutEnabled = true
 	o.MaxRetries = -1
 	o.DialTimeout = time.Second
+	if o.PoolSize == 0 {
+		// go-redis's default (10 per CPU) makes concurrent decisions queue
+		// for a connection: parking and waking cost more than the call
+		// (tests/bench/redis.sh).
+		o.PoolSize = max(64, 10*runtime.GOMAXPROCS(0))
+	}
 	return redis.NewUniversalClient(o), nil
 }

@@ -75,6 +75,9 @@ func New(o Options) *httputil.ReverseProxy {
 				}
 				return
 			}
+			// ReverseProxy drops the inbound X-Forwarded-* but not
+			// Forwarded: from an untrusted peer it is as spoofable.
+			pr.Out.Header.Del("Forwarded")
 			pr.SetXForwarded()
 		},
 		Transport: rt,
