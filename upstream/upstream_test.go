@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"testing"
 
@@ -50,5 +52,25 @@ func TestTransportPoolsPerHost(t *testing.T) {
 	tr := upstream.NewTransport(0)
 	if tr.MaxIdleConnsPerHost < 256 || tr.Proxy != nil || !tr.DisableCompression {
 		t.Fatalf("transport %+v", tr)
+	}
+}
+
+// A client's own Forwarded header never reaches the upstream from an
+// untrusted peer; from a trusted proxy it is kept.
+func TestForwardedHeaderTrust(t *testing.T) {
+	var got []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Values("Forwarded")
+	}))
+	defer up.Close()
+	target, _ := url.Parse(up.URL)
+	for _, trusted := range []bool{false, true} {
+		rp := upstream.New(upstream.Options{Target: target, TrustForwarded: func(*http.Request) bool { return trusted }})
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+		r.Header.Set("Forwarded", "for=198.51.100.9")
+		rp.ServeHTTP(httptest.NewRecorder(), r)
+		if want := trusted; (len(got) == 1) != want {
+			t.Errorf("trusted=%v: upstream saw Forwarded %q", trusted, got)
+		}
 	}
 }
