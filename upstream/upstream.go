@@ -65,6 +65,9 @@ func New(o Options) *httputil.ReverseProxy {
 				// Keep the chain a trusted proxy built; SetXForwarded
 				// appends the peer to it.
 				pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+				if fwd := pr.In.Header["Forwarded"]; len(fwd) > 0 {
+					pr.Out.Header["Forwarded"] = fwd
+				}
 				proto, host := pr.In.Header["X-Forwarded-Proto"], pr.In.Header["X-Forwarded-Host"]
 				pr.SetXForwarded()
 				if len(proto) > 0 {
@@ -75,10 +78,7 @@ func New(o Options) *httputil.ReverseProxy {
 				}
 				return
 			}
-			// ReverseProxy drops the inbound X-Forwarded-* but not
-			// Forwarded: from an untrusted peer it is as spoofable.
-			pr.Out.Header.Del("Forwarded")
-			pr.SetXForwarded()
+			pr.SetXForwarded() // ReverseProxy has dropped the inbound X-Forwarded-* and Forwarded
 		},
 		Transport: rt,
 		// FlushInterval 0: ReverseProxy already flushes every write of a
