@@ -79,6 +79,13 @@ func NewRedis(o RedisOptions) *Redis {
 	return &Redis{o: o, script: redis.NewScript(decideScript), stop: make(chan struct{})}
 }
 
+// Load loads the script into Redis, so the first decisions do not pay the
+// NOSCRIPT round trip within their timeout. Decide reloads it by itself
+// whenever Redis has lost it (a restart, SCRIPT FLUSH, a failover).
+func (s *Redis) Load(ctx context.Context) error {
+	return s.script.Load(ctx, s.o.Client).Err()
+}
+
 // Close stops the background probe; the client is the caller's to close.
 func (s *Redis) Close() { s.stopOnce.Do(func() { close(s.stop) }) }
 

@@ -178,3 +178,24 @@ func TestFallbackToLocal(t *testing.T) {
 		t.Fatalf("%d admitted locally (want 2), %d local decisions", admitted, local.Load())
 	}
 }
+
+// Redis losing the script (a restart, SCRIPT FLUSH) is repaired on the
+// next decision, without an error.
+func TestRedisReloadsTheScript(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { client.Close() })
+	s := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: "reload:", Timeout: time.Second})
+	t.Cleanup(s.Close)
+	if err := s.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := rule(5, time.Minute)
+	allow(t, s, r, "k", 1, time.Now())
+	if err := client.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if d := allow(t, s, r, "k", 1, time.Now()); !d.Allowed || d.Remaining != 3 {
+		t.Fatalf("after SCRIPT FLUSH: %+v", d)
+	}
+}

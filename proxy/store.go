@@ -19,8 +19,9 @@ type StoreMetrics struct {
 	log       *slog.Logger
 	latency   prometheus.Histogram
 	errors    *prometheus.CounterVec
-	up        prometheus.Gauge
-	fallbacks prometheus.Counter
+	up          prometheus.Gauge
+	transitions *prometheus.CounterVec
+	fallbacks   prometheus.Counter
 }
 
 // NewStoreMetrics registers the store families on reg.
@@ -40,12 +41,16 @@ func NewStoreMetrics(reg prometheus.Registerer, log *slog.Logger) (*StoreMetrics
 			Name: "ratelimit_proxy_store_up",
 			Help: "1 while the shared state store is reachable (circuit breaker closed), 0 while it is skipped.",
 		}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_proxy_store_transitions_total",
+			Help: "Times the shared state store went down (breaker opened) or came back (breaker closed).",
+		}, []string{"to"}),
 		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ratelimit_proxy_store_fallback_decisions_total",
 			Help: "Decisions made by the local in-memory limiter while the shared store was down (fail_open = \"local\").",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.latency, m.errors, m.up, m.fallbacks} {
+	for _, c := range []prometheus.Collector{m.latency, m.errors, m.up, m.transitions, m.fallbacks} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -53,6 +58,8 @@ func NewStoreMetrics(reg prometheus.Registerer, log *slog.Logger) (*StoreMetrics
 	for _, k := range []string{"timeout", "connection", "redis"} {
 		m.errors.WithLabelValues(k)
 	}
+	m.transitions.WithLabelValues("down")
+	m.transitions.WithLabelValues("up")
 	m.up.Set(1)
 	return m, nil
 }
@@ -69,10 +76,12 @@ func (m *StoreMetrics) Call(d time.Duration, err error) {
 // down or coming back.
 func (m *StoreMetrics) StateChange(up bool, err error) {
 	if up {
+		m.transitions.WithLabelValues("up").Inc()
 		m.up.Set(1)
 		m.log.Info("state store reachable again: shared rate limiting resumed")
 		return
 	}
+	m.transitions.WithLabelValues("down").Inc()
 	m.up.Set(0)
 	m.log.Error("state store unreachable: skipping it until a probe succeeds", "err", err, "kind", errorKind(err))
 }

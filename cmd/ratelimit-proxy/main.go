@@ -276,7 +276,7 @@ func newRedisStore(cfg config.Config, reg prometheus.Registerer, log *slog.Logge
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := client.Ping(ctx).Err(); err != nil {
+	if err := rs.Load(ctx); err != nil {
 		log.Warn("redis not reachable at start; FAIL_OPEN applies until it is", "err", err, "fail_open", cfg.FailOpen)
 	} else {
 		log.Info("shared state in redis", "prefix", cfg.RedisPrefix, "fail_open", cfg.FailOpen)
