@@ -16,9 +16,9 @@ import (
 // methods are the callbacks of limits.RedisOptions and limits.Fallback;
 // it logs each up/down transition once.
 type StoreMetrics struct {
-	log       *slog.Logger
-	latency   prometheus.Histogram
-	errors    *prometheus.CounterVec
+	log         *slog.Logger
+	latency     prometheus.Histogram
+	errors      *prometheus.CounterVec
 	up          prometheus.Gauge
 	transitions *prometheus.CounterVec
 	fallbacks   prometheus.Counter
