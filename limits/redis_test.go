@@ -33,11 +33,10 @@ func newRedisStore(t *testing.T, srv *redistest.Server, clientClock bool) *limit
 // budget: the window runs on Redis's clock.
 func TestRedisSkewedClocksAgree(t *testing.T) {
 	srv := redistest.Start(t)
-	a := newRedisStore(t, srv, false)
-	b := newRedisStore(t, srv, false)
+	// Two clients, as two instances have, under one prefix.
 	prefix := fmt.Sprintf("skew%d:", prefixes.Add(1))
-	a = limits.NewRedis(limits.RedisOptions{Client: redis.NewClient(&redis.Options{Addr: srv.Addr}), Prefix: prefix})
-	b = limits.NewRedis(limits.RedisOptions{Client: redis.NewClient(&redis.Options{Addr: srv.Addr}), Prefix: prefix})
+	a := limits.NewRedis(limits.RedisOptions{Client: redis.NewClient(&redis.Options{Addr: srv.Addr}), Prefix: prefix})
+	b := limits.NewRedis(limits.RedisOptions{Client: redis.NewClient(&redis.Options{Addr: srv.Addr}), Prefix: prefix})
 	r := rule(3, time.Minute)
 	now := time.Now()
 	got := []bool{
