@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -167,5 +168,29 @@ func TestFailOpenModes(t *testing.T) {
 	c, _ := config.Load(writeFile(t, "fail_open = false\n"), env(nil))
 	if c.FailOpen != "false" {
 		t.Errorf("TOML boolean: %q", c.FailOpen)
+	}
+}
+
+func TestUnreadableFileIsTheOnlyError(t *testing.T) {
+	_, err := config.Load(filepath.Join(t.TempDir(), "missing.toml"), env(nil))
+	if !errors.Is(err, config.ErrFile) || strings.Count(err.Error(), "\n") != 0 {
+		t.Fatalf("got %v", err)
+	}
+	_, err = config.Load(writeFile(t, "upstream_url = \n"), env(nil))
+	if !errors.Is(err, config.ErrFile) {
+		t.Fatalf("TOML syntax error: %v", err)
+	}
+}
+
+func TestBadURLIsShownWithoutItsPassword(t *testing.T) {
+	c, _ := config.Load("", env(map[string]string{"UPSTREAM_URL": "ht!tp://user:pw@x y", "REDIS_URL": "redis://h:notaport"}))
+	err := c.Validate()
+	for _, want := range []string{`UPSTREAM_URL = "ht!tp://xxxxx@x y": not a URL`, `REDIS_URL = "redis://h:notaport"`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "pw") {
+		t.Errorf("password shown: %v", err)
 	}
 }

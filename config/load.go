@@ -94,7 +94,16 @@ func duration(key string, f func(*Config) *time.Duration) setting {
 			*f(c) = d
 			return nil
 		},
-		show: func(c *Config) any { return f(c).String() }}
+		show: func(c *Config) any { return durationText(*f(c)) }}
+}
+
+// durationText writes whole seconds as seconds ("300s", as SPEC §2 gives
+// defaults), anything else as Go does ("50ms", "1.5s").
+func durationText(d time.Duration) string {
+	if d%time.Second == 0 {
+		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
+	}
+	return d.String()
 }
 
 func list(key string, f func(*Config) *[]string) setting {
@@ -178,6 +187,10 @@ var settings = []setting{
 	str("log_format", func(c *Config) *string { return &c.LogFormat }),
 }
 
+// ErrFile wraps a configuration file that cannot be read or parsed; no
+// other check is meaningful then.
+var ErrFile = errors.New("reading")
+
 // Load reads path (TOML; empty for none), then the environment through
 // getenv (os.Getenv when nil), over the defaults. It fails on an unreadable
 // file, an unknown key or a value of the wrong type, reporting every such
@@ -189,7 +202,7 @@ func Load(path string, getenv func(string) (string, bool)) (Config, error) {
 	k := koanf.New("\x00") // keys are flat; no delimiter may split them
 	if path != "" {
 		if err := k.Load(file.Provider(path), toml.Parser()); err != nil {
-			return Config{}, fmt.Errorf("reading %s: %w", path, err)
+			return Default(), fmt.Errorf("%w %s: %w", ErrFile, path, err)
 		}
 	}
 	origin := map[string]string{}

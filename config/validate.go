@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,16 +74,16 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.RedisTimeout <= 0 {
-		bad("redis_timeout", c.RedisTimeout.String(), "must be positive")
+		bad("redis_timeout", durationText(c.RedisTimeout), "must be positive")
 	}
 	if c.RedisInstances < 1 {
 		bad("redis_instances", c.RedisInstances, "must be at least 1")
 	}
 	if c.UpstreamTimeout <= 0 {
-		bad("upstream_timeout", c.UpstreamTimeout.String(), "must be positive")
+		bad("upstream_timeout", durationText(c.UpstreamTimeout), "must be positive")
 	}
 	if c.ShutdownTimeout < 0 {
-		bad("shutdown_timeout", c.ShutdownTimeout.String(), "must not be negative")
+		bad("shutdown_timeout", durationText(c.ShutdownTimeout), "must not be negative")
 	}
 	oneOf := func(key, v string, allowed ...string) {
 		if !slices.Contains(allowed, v) {
@@ -165,6 +166,8 @@ func (c *Config) Write(w io.Writer) error {
 	return nil
 }
 
+var userinfo = regexp.MustCompile(`//[^/@]*@`)
+
 // redactURL hides a URL's password (and query, which may carry tokens).
 func redactURL(raw string) string {
 	if raw == "" {
@@ -172,7 +175,8 @@ func redactURL(raw string) string {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "[redacted]"
+		// Unparsable: still show it, less anything that may be a password.
+		return userinfo.ReplaceAllString(raw, "//xxxxx@")
 	}
 	if u.RawQuery != "" {
 		u.RawQuery = "redacted"

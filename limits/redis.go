@@ -119,10 +119,15 @@ func (s *Redis) Decide(ctx context.Context, hits []Hit, now time.Time, out []Dec
 		keys = append(keys, z, hk)
 		args = append(args, h.Rule.Limit, h.Rule.Window.Microseconds(), h.Cost, maxSlots)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+	callCtx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	start := time.Now()
-	res, err := s.script.Run(ctx, s.o.Client, keys, args...).Int64Slice()
+	res, err := s.script.Run(callCtx, s.o.Client, keys, args...).Int64Slice()
 	cancel()
+	if err != nil && ctx.Err() != nil {
+		// The request itself went away (a client disconnect): not a
+		// failure of Redis, and no reason to open the breaker.
+		return false, fmt.Errorf("redis decision: %w", ctx.Err())
+	}
 	if s.o.OnCall != nil {
 		s.o.OnCall(time.Since(start), err)
 	}
@@ -150,13 +155,37 @@ func (s *Redis) Decide(ctx context.Context, hits []Hit, now time.Time, out []Dec
 
 // failed counts a failure and opens the breaker after enough in a row.
 func (s *Redis) failed(err error) {
-	if s.failures.Add(1) < int64(s.o.Failures) || !s.down.CompareAndSwap(false, true) {
+	if s.failures.Add(1) >= int64(s.o.Failures) {
+		s.MarkDown(err)
+	}
+}
+
+// MarkDown opens the breaker now (Redis is known to be unreachable, e.g.
+// at start) and starts the probe that closes it when Redis answers.
+func (s *Redis) MarkDown(err error) {
+	if !s.down.CompareAndSwap(false, true) {
 		return
 	}
 	if s.o.OnStateChange != nil {
 		s.o.OnStateChange(false, err)
 	}
 	go s.probe()
+}
+
+// Check reports whether Redis answers a PING within the timeout now; a
+// failure counts towards opening the breaker. For readiness probes: an
+// idle proxy learns that Redis is gone without waiting for traffic.
+func (s *Redis) Check(ctx context.Context) bool {
+	if s.down.Load() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+	defer cancel()
+	if err := s.o.Client.Ping(ctx).Err(); err != nil {
+		s.failed(err)
+		return false
+	}
+	return true
 }
 
 // probe pings Redis until it answers, then closes the breaker.

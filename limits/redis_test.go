@@ -198,3 +198,56 @@ func TestRedisReloadsTheScript(t *testing.T) {
 		t.Fatalf("after SCRIPT FLUSH: %+v", d)
 	}
 }
+
+// Requests whose callers went away do not count as Redis failures.
+func TestRedisCancelledCallsKeepTheBreakerClosed(t *testing.T) {
+	srv := redistest.Start(t)
+	s := limits.NewRedis(limits.RedisOptions{Client: redis.NewClient(&redis.Options{Addr: srv.Addr}), Prefix: "cancel:", Timeout: time.Second})
+	t.Cleanup(s.Close)
+	hits := []limits.Hit{{Rule: rule(5, time.Minute), Key: limits.KeyOf("caller", "k"), Cost: 1}}
+	out := make([]limits.Decision, 1)
+	for i := 0; i < 5; i++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := s.Decide(ctx, hits, time.Now(), out); err == nil {
+			t.Fatal("a cancelled call succeeded")
+		}
+	}
+	if !s.Up() {
+		t.Fatal("cancelled calls opened the breaker")
+	}
+}
+
+// An idle store learns of a dead Redis from Check, and of its return from
+// the probe; MarkDown opens the breaker at once.
+func TestRedisCheckAndMarkDown(t *testing.T) {
+	srv := redistest.Start(t)
+	s := limits.NewRedis(limits.RedisOptions{Client: redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1}), Prefix: "check:", Timeout: 50 * time.Millisecond})
+	t.Cleanup(s.Close)
+	if !s.Check(context.Background()) {
+		t.Fatal("Check failed with Redis up")
+	}
+	srv.Stop()
+	if s.Check(context.Background()) {
+		t.Fatal("Check passed with Redis down")
+	}
+	s.MarkDown(errors.New("test"))
+	if s.Up() || s.Check(context.Background()) {
+		t.Fatal("MarkDown did not open the breaker")
+	}
+	srv.Restart(t)
+	if !waitUp(s, 2*time.Second) {
+		t.Fatal("the probe did not notice Redis back")
+	}
+}
+
+func waitUp(s *limits.Redis, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if s.Up() {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}

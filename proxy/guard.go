@@ -21,6 +21,7 @@ func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time) bool {
 	c := p.ips.identify(r)
 	if p.cfg.RequireAuth && !c.hasCred {
 		x.decision = decUnauthorized
+		p.log.Info("request denied", "rule", "require_auth", "key", "caller="+c.logged(), "path", r.URL.Path)
 		x.Header()["Www-Authenticate"] = []string{"Bearer"}
 		p.writeError(x, r, &apiError{status: http.StatusUnauthorized, code: codeUnauthorized,
 			message: "An API key is required: send Authorization: Bearer <key> or X-API-Key."})
@@ -154,7 +155,7 @@ func (p *Proxy) storeFailed(x *exchange, r *http.Request, c caller, now time.Tim
 		p.log.Debug("rate limiter store failed; admitting (fail_open)", "err", err)
 		return p.guardBody(x, r, c, now)
 	}
-	p.log.Debug("rate limiter store failed; refusing (fail_open=false)", "err", err)
+	p.log.Info("request denied", "rule", "fail_open", "key", "caller="+c.logged(), "retry_after", 1, "path", r.URL.Path, "err", err)
 	x.Header()["Retry-After"] = []string{"1"}
 	p.writeError(x, r, &apiError{status: http.StatusServiceUnavailable, code: codeStoreDown,
 		message: "The rate limiter is unavailable. Please retry shortly."})

@@ -106,14 +106,15 @@ func (e *exchange) stamp(h http.Header) {
 	if !d.Allowed {
 		t = d.RetryAfter
 	}
-	limit := e.rule.limit
-	if d.Limit != e.rule.rule.Limit {
+	limit, policy := e.rule.limit, e.rule.policy
+	if d.Limit != e.rule.rule.Limit { // a limit of its own (FAIL_OPEN=local's share)
 		limit = intValue(d.Limit)
+		policy = []string{e.rule.quoted + ";q=" + limit[0] + ";w=" + strconv.FormatInt(int64(e.rule.rule.Window/time.Second), 10)}
 	}
 	h["X-Ratelimit-Limit"] = limit
 	h["X-Ratelimit-Remaining"] = remaining
 	h["X-Ratelimit-Reset"] = intValue(ceilSeconds(d.ResetAfter))
-	h["Ratelimit-Policy"] = e.rule.policy
+	h["Ratelimit-Policy"] = policy
 	h["Ratelimit"] = []string{e.rule.quoted + ";r=" + remaining[0] + ";t=" + intValue(ceilSeconds(t))[0]}
 }
 

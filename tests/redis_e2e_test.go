@@ -110,3 +110,17 @@ func TestRedisGoesAwayAndComesBack(t *testing.T) {
 		})
 	}
 }
+
+// A proxy whose Redis is unreachable from the start is not ready with
+// FAIL_OPEN=false, before any traffic.
+func TestReadyzWithRedisDownAtStart(t *testing.T) {
+	t.Parallel()
+	rec := newRecorder(t)
+	dead := "redis://" + strings.TrimPrefix(deadURL(t), "http://") + "/0"
+	p := startProxy(t, rec.URL(), map[string]string{"REDIS_URL": dead, "FAIL_OPEN": "false"})
+	r := p.do(t, "GET", p.adminURL("/readyz"), nil)
+	if r.StatusCode != 503 || !strings.Contains(string(r.body), `"store_state":"down"`) {
+		t.Fatalf("/readyz: %d %s", r.StatusCode, r.body)
+	}
+	wantStatus(t, p.post(t, "/api/chat"), 503)
+}

@@ -81,7 +81,8 @@ func countJSON(r io.Reader, f Format, model string, m *meter) error {
 			if f == FormatMessages {
 				return w.anthropicMessages()
 			}
-			chat = true
+			k, err := w.j.kind()
+			chat = chat || err == nil && k == '['
 			return w.chatMessages()
 		case "prompt", "input":
 			return w.promptOrInput()
@@ -149,6 +150,9 @@ func (w *walker) anyText() error {
 // field's tokens, 1 more per name (the cookbook's num_tokens_from_messages),
 // with content parts and tool calls read for their text.
 func (w *walker) chatMessages() error {
+	if ok, err := w.is('['); !ok {
+		return err
+	}
 	return w.j.array(func(int) error {
 		if ok, err := w.is('{'); !ok {
 			return err
@@ -320,6 +324,9 @@ func (w *walker) responseItem() error {
 // model reads as content and Anthropic publishes no per-message overhead,
 // so only content is counted.
 func (w *walker) anthropicMessages() error {
+	if ok, err := w.is('['); !ok {
+		return err
+	}
 	return w.j.array(func(int) error {
 		if ok, err := w.is('{'); !ok {
 			return err

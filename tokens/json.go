@@ -132,7 +132,7 @@ func (j *jsonReader) expect(c byte) error {
 		return err
 	}
 	if got != c {
-		return j.fail("expected %q, found %q", c, got)
+		return j.fail("expected %q", c)
 	}
 	return nil
 }
@@ -428,7 +428,7 @@ func (j *jsonReader) kind() (byte, error) {
 	case c == 'n':
 		return 'l', nil
 	}
-	return 0, j.fail("unexpected %q", c)
+	return 0, j.fail("unexpected character where a value should start")
 }
 
 // skip consumes one value of any type, validating it.

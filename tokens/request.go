@@ -19,10 +19,10 @@ const (
 	FormatEmbeddings                // OpenAI /v1/embeddings
 	FormatResponses                 // OpenAI /v1/responses
 	FormatMessages                  // Anthropic /v1/messages
-	FormatSeedChat                  // /api/chat: JSON or multipart message, system, files; +50
+	FormatSeedChat                  // /api/chat: JSON or multipart message, system, files; multipart +50
 )
 
-// SeedOverhead is the seed's format overhead for /api/chat.
+// SeedOverhead is the seed's format overhead for a multipart /api/chat.
 const SeedOverhead = 50
 
 // FormatForPath maps a request path to its format.
@@ -115,7 +115,7 @@ func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
 	default:
 		err = countText(open(), m)
 	}
-	if err == nil && req.Format == FormatSeedChat {
+	if err == nil && req.Format == FormatSeedChat && kind == bodyMultipart {
 		err = m.add(SeedOverhead)
 	}
 	var inv *InvalidError
@@ -124,9 +124,6 @@ func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
 		// model reads it as text.
 		m = &meter{c: c, limit: limit}
 		err = countText(open(), m)
-		if err == nil && req.Format == FormatSeedChat {
-			err = m.add(SeedOverhead)
-		}
 	}
 	est := Estimate{Tokens: m.total, Model: model, Encoding: c.Name(), Stopped: errors.Is(err, errStop)}
 	if err != nil && !est.Stopped {

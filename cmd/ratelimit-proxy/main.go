@@ -30,6 +30,7 @@ import (
 	"github.com/lmittmann/tint"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
@@ -63,8 +64,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfg, err := config.Load(*cfgPath, nil)
 	cfg.Demo = *demo || *mock
 	// Report every problem at once: what did not decode, and what decoded
-	// but is out of range.
-	err = errors.Join(err, cfg.Validate())
+	// but is out of range (unless the file itself could not be read).
+	if !errors.Is(err, config.ErrFile) {
+		err = errors.Join(err, cfg.Validate())
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "ratelimit-proxy: invalid configuration: %s\n", oneLine(err))
 		return 1
@@ -155,7 +158,8 @@ func serve(cfg config.Config, log *slog.Logger) error {
 			return err
 		}
 		defer shared.close()
-		opts.Store, opts.StoreName, opts.StoreUp = shared.store, "redis", shared.redis.Up
+		opts.Store, opts.StoreName = shared.store, "redis"
+		opts.StoreUp = func() bool { return shared.redis.Check(context.Background()) }
 	}
 	p, err := proxy.New(opts)
 	if err != nil {
@@ -258,6 +262,7 @@ func (s *sharedStore) close() {
 // the start: the breaker and FAIL_OPEN decide, and the probe notices when
 // it comes.
 func newRedisStore(cfg config.Config, reg prometheus.Registerer, log *slog.Logger, memory *limits.Memory) (*sharedStore, error) {
+	redis.SetLogger(redisLog{log}) // go-redis's own lines go through slog, not raw stderr
 	client, err := limits.NewRedisClient(cfg.RedisURL)
 	if err != nil {
 		return nil, fmt.Errorf("redis_url: %w", err)
@@ -278,8 +283,18 @@ func newRedisStore(cfg config.Config, reg prometheus.Registerer, log *slog.Logge
 	defer cancel()
 	if err := rs.Load(ctx); err != nil {
 		log.Warn("redis not reachable at start; FAIL_OPEN applies until it is", "err", err, "fail_open", cfg.FailOpen)
+		rs.MarkDown(err)
 	} else {
 		log.Info("shared state in redis", "prefix", cfg.RedisPrefix, "fail_open", cfg.FailOpen)
 	}
 	return s, nil
+}
+
+// redisLog routes go-redis's internal log lines (reconnects, pool errors)
+// through slog at debug level: failures that matter are reported once by
+// the store's state changes.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
 }
