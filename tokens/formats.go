@@ -263,17 +263,9 @@ func (w *walker) rawAsText() error {
 	if err != nil && !errors.Is(err, errCaptureFull) {
 		return err
 	}
-	return w.countRaw(raw)
-}
-
-// countRaw counts raw JSON as one text value. For a value larger than
-// maxToolsJSON only its start was kept: the rest can only add to a count
-// already past any sane cap.
-func (w *walker) countRaw(raw []byte) error {
-	if err := w.m.text(raw); err != nil {
-		return err
-	}
-	return w.m.endText()
+	// Past maxToolsJSON only the value's start was kept: the rest can only
+	// add to a count already past any sane cap.
+	return w.m.valueBytes(raw)
 }
 
 // promptOrInput counts prompt/input: a string, token ids (one token each),
@@ -396,7 +388,7 @@ func (o *orderedProps) UnmarshalJSON(b []byte) error {
 func (w *walker) tools(legacy bool) error {
 	raw, err := w.j.captureValue(maxToolsJSON)
 	if errors.Is(err, errCaptureFull) {
-		return w.countRaw(raw) // too large to decode: counted as text
+		return w.m.valueBytes(raw) // too large to decode: counted as text
 	}
 	if err != nil {
 		return err

@@ -61,8 +61,10 @@ func (m *meter) endText() error {
 }
 
 // value counts a whole text value.
-func (m *meter) value(s string) error {
-	if err := m.text(bytesOf(s)); err != nil {
+func (m *meter) value(s string) error { return m.valueBytes(bytesOf(s)) }
+
+func (m *meter) valueBytes(b []byte) error {
+	if err := m.text(b); err != nil {
 		return err
 	}
 	return m.endText()
