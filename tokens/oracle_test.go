@@ -87,9 +87,11 @@ func FuzzMatchesTiktoken(f *testing.F) {
 	}
 	encs := map[string]*Encoding{O200KBase: newEncoding(O200KBase), CL100KBase: newEncoding(CL100KBase)}
 	f.Fuzz(func(t *testing.T, text string) {
-		if len(text) > maxPiece || !utf8.ValidString(text) {
-			// Past maxPiece our count may differ by design; invalid UTF-8
-			// is compared in TestMatchesTiktoken.
+		if len(text) > 256 || !utf8.ValidString(text) {
+			// The oracle's backtracking regexp is cubic on long runs of
+			// characters in both of o200k's letter classes (marks, Lo):
+			// longer inputs hang it, not us. Invalid UTF-8 is compared in
+			// TestMatchesTiktoken.
 			return
 		}
 		for name, enc := range encs {
