@@ -95,7 +95,7 @@ func TestFileCapAtTheBoundary(t *testing.T) {
 // estimateCLI runs `ratelimit-proxy tokens` on body.
 func estimateCLI(t *testing.T, body string, args ...string) int {
 	t.Helper()
-	cmd := exec.Command(binPath, append([]string{"tokens"}, args...)...)
+	cmd := exec.Command(binPath, append([]string{"tokens", "-json"}, args...)...)
 	cmd.Stdin = strings.NewReader(body)
 	out, err := cmd.Output()
 	if err != nil {
@@ -190,7 +190,13 @@ func TestTokensCommand(t *testing.T) {
 			t.Errorf("%s: %d, want %d", model, got, want)
 		}
 	}
-	cmd := exec.Command(binPath, "tokens")
+	// Without -json: the number alone.
+	cmd := exec.Command(binPath, "tokens", "-model", "gpt-4")
+	cmd.Stdin = strings.NewReader(fmt.Sprintf(`{"messages":%s}`, msgs))
+	if out, err := cmd.Output(); err != nil || strings.TrimSpace(string(out)) != "129" {
+		t.Fatalf("plain output %q %v", out, err)
+	}
+	cmd = exec.Command(binPath, "tokens")
 	cmd.Stdin = strings.NewReader(`{"messages":`)
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "invalid JSON") {
 		t.Fatalf("bad body: %v %s", err, out)

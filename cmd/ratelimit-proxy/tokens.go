@@ -12,15 +12,17 @@ import (
 )
 
 // runTokens is `ratelimit-proxy tokens`: print the input-token estimate of
-// a request body read from stdin, as the token cap counts it.
+// a request body read from stdin, as the token cap counts it — the number
+// alone, or with -json the model and encoding it was counted with.
 func runTokens(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ratelimit-proxy tokens", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	model := fs.String("model", "", "count as this `model` (default: the body's model field)")
 	path := fs.String("path", "/v1/chat/completions", "the API `path` the body is for; it selects the format and overhead")
 	contentType := fs.String("content-type", "application/json", "the body's Content-Type (multipart needs its boundary)")
+	asJSON := fs.Bool("json", false, `print {"estimated_tokens","model","encoding","path"} instead of the number alone`)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: ratelimit-proxy tokens [-model M] [-path P] [-content-type T] < body")
+		fmt.Fprintln(stderr, "usage: ratelimit-proxy tokens [-model M] [-path P] [-content-type T] [-json] < body")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -42,6 +44,10 @@ func runTokens(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stderr, "ratelimit-proxy tokens: %v\n", err)
 		return 1
+	}
+	if !*asJSON {
+		fmt.Fprintln(stdout, est.Tokens)
+		return 0
 	}
 	out, _ := json.Marshal(map[string]any{"estimated_tokens": est.Tokens, "model": est.Model, "encoding": est.Encoding, "path": *path})
 	fmt.Fprintln(stdout, string(out))
