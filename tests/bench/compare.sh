@@ -35,8 +35,8 @@ BIN=${BIN:-}
 PLAIN_BIN=${PLAIN_BIN:-}
 PATH_UNDER_TEST=/v1/chat/completions
 
-die() { echo "compare.sh: $*" >&2; exit 1; }
-log() { echo "# $*" >&2; }
+NAME=compare.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer, got '$ROUNDS'"
 [[ $CONNECTIONS =~ ^[1-9][0-9]*$ ]] || die "CONNECTIONS must be a positive integer, got '$CONNECTIONS'"
@@ -49,51 +49,16 @@ command -v "$WRK" >/dev/null || die "wrk not found (apt-get install -y wrk)"
 [[ -x $NGINX ]] || die "nginx not found at $NGINX (apt-get install -y nginx-light)"
 command -v curl >/dev/null || die "curl not found"
 
-# Run from the repository root whatever the caller's directory.
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-[[ -f go.mod && -d cmd/ratelimit-proxy ]] || die "cannot find the repository root"
+bench_root
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/rlp-bench.XXXXXX")
+bench_tmp rlp-bench
 # nginx workers drop to "nobody" when started as root: let them traverse.
 chmod 0755 "$tmp"
-PIDS=()
 
-cleanup() {
-	local rc=$? pid i
-	trap - EXIT INT TERM
-	for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-	for pid in "${PIDS[@]}"; do
-		for ((i = 0; i < 50; i++)); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -KILL "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	done
-	rm -rf "$tmp"
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 
 # ---------------------------------------------------------------- ports ---
 # Random free loopback ports below the usual ephemeral range (32768+), so the
 # outgoing connections of wrk and the proxies never collide with them.
-USED_PORTS=" "
-pick_port() { # pick_port VAR
-	local p i
-	for ((i = 0; i < 500; i++)); do
-		p=$((20000 + RANDOM % 12000))
-		[[ $USED_PORTS == *" $p "* ]] && continue
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			USED_PORTS+="$p "
-			printf -v "$1" '%s' "$p"
-			return 0
-		fi
-	done
-	die "no free port found"
-}
 pick_port UP_PORT
 pick_port NGINX_PORT
 pick_port PROXY_PORT

@@ -41,8 +41,8 @@ REDIS_BENCHMARK=${REDIS_BENCHMARK:-redis-benchmark}
 WINDOW_US=60000000 # the rule's window: one minute, as redisload's
 MAX_SLOTS=1000     # limits.maxSlots, the last ARGV of every hit
 
-die() { echo "redis.sh: $*" >&2; exit 1; }
-log() { echo "# $*" >&2; }
+NAME=redis.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 for v in ROUNDS N C KEYS; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
@@ -59,41 +59,11 @@ for t in "$REDIS_SERVER" "$REDIS_CLI" "$REDIS_BENCHMARK"; do
 done
 command -v sha1sum >/dev/null || die "sha1sum not found"
 
-# Run from the repository root whatever the caller's directory.
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-[[ -f go.mod && -f limits/redis.lua ]] || die "cannot find the repository root"
+bench_root
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/rlp-redis-bench.XXXXXX")
-PIDS=()
-cleanup() {
-	local rc=$? pid i
-	trap - EXIT INT TERM
-	for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-	for pid in "${PIDS[@]}"; do
-		for ((i = 0; i < 50; i++)); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -KILL "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	done
-	rm -rf "$tmp"
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+bench_tmp rlp-redis-bench
 
-# A random free loopback port below the ephemeral range.
-PORT=
-for ((i = 0; i < 500; i++)); do
-	p=$((20000 + RANDOM % 12000))
-	if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-		PORT=$p
-		break
-	fi
-done
-[[ -n $PORT ]] || die "no free port found"
+pick_port PORT
 ADDR=127.0.0.1:$PORT
 cli() { timeout 30 "$REDIS_CLI" -h 127.0.0.1 -p "$PORT" "$@"; }
 

@@ -48,8 +48,8 @@ TIMEOUT=${TIMEOUT:-600}
 KEEP=${KEEP:-0}
 SPOOL_DIR=${SPOOL_DIR:-}
 
-die() { echo "uploads.sh: $*" >&2; exit 1; }
-log() { echo "# $*" >&2; }
+NAME=uploads.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 for v in N BODY_BYTES SMALL_BYTES BATCHES TIMEOUT; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
@@ -61,51 +61,11 @@ done
 command -v curl >/dev/null || die "curl not found"
 [[ -r /proc/self/status ]] || die "needs Linux /proc"
 
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-[[ -f go.mod && -d cmd/ratelimit-proxy ]] || die "cannot find the repository root"
+bench_root
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/rlp-uploads.XXXXXX")
-PIDS=()
+bench_tmp rlp-uploads
 
-stop_pid() { # stop_pid PID: TERM, wait up to 10 s, then KILL
-	local pid=$1 i
-	kill -TERM "$pid" 2>/dev/null || return 0
-	for ((i = 0; i < 100; i++)); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	kill -KILL "$pid" 2>/dev/null || true
-	wait "$pid" 2>/dev/null || true
-}
-cleanup() {
-	local rc=$? pid
-	trap - EXIT INT TERM
-	for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
-	if [[ $KEEP == 1 ]]; then
-		echo "# kept $tmp" >&2
-	else
-		rm -rf "$tmp"
-	fi
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 
-USED_PORTS=" "
-pick_port() { # pick_port VAR
-	local p i
-	for ((i = 0; i < 500; i++)); do
-		p=$((20000 + RANDOM % 12000))
-		[[ $USED_PORTS == *" $p "* ]] && continue
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			USED_PORTS+="$p "
-			printf -v "$1" '%s' "$p"
-			return 0
-		fi
-	done
-	die "no free port found"
-}
 
 wait_http() { # wait_http URL: up to 10 s for a 200
 	local i
