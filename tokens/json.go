@@ -140,38 +140,8 @@ func (j *jsonReader) expect(c byte) error {
 // object reads an object; field is called for each key and must consume
 // its value (with skip if it has no use for it).
 func (j *jsonReader) object(field func(key []byte) error) error {
-	if err := j.expect('{'); err != nil {
-		return err
-	}
-	if j.depth++; j.depth > maxDepth {
-		return j.fail("nesting deeper than %d", maxDepth)
-	}
-	defer func() { j.depth-- }()
 	var keyBuf [64]byte
-	for first := true; ; first = false {
-		c, err := j.peek()
-		if err != nil {
-			return err
-		}
-		if c == '}' && first {
-			_, err := j.readByte()
-			return err
-		}
-		if !first {
-			sep, err := j.readByte()
-			if err != nil {
-				return err
-			}
-			if sep == '}' {
-				return nil
-			}
-			if sep != ',' {
-				return j.fail("expected ',' or '}' in object")
-			}
-			if _, err := j.peek(); err != nil {
-				return err
-			}
-		}
+	return j.container('{', '}', func(int) error {
 		key := keyBuf[:0]
 		if err := j.str(func(p []byte) error {
 			if len(key)+len(p) <= 256 { // longer keys are no key we look for
@@ -187,15 +157,19 @@ func (j *jsonReader) object(field func(key []byte) error) error {
 		if _, err := j.peek(); err != nil {
 			return err
 		}
-		if err := field(key); err != nil {
-			return err
-		}
-	}
+		return field(key)
+	})
 }
 
 // array reads an array; elem is called for each element and must consume it.
 func (j *jsonReader) array(elem func(i int) error) error {
-	if err := j.expect('['); err != nil {
+	return j.container('[', ']', elem)
+}
+
+// container reads open, then members separated by commas, then close;
+// member is called at the start of each one and must consume it.
+func (j *jsonReader) container(open, close byte, member func(i int) error) error {
+	if err := j.expect(open); err != nil {
 		return err
 	}
 	if j.depth++; j.depth > maxDepth {
@@ -207,7 +181,7 @@ func (j *jsonReader) array(elem func(i int) error) error {
 		if err != nil {
 			return err
 		}
-		if c == ']' && i == 0 {
+		if c == close && i == 0 {
 			_, err := j.readByte()
 			return err
 		}
@@ -216,17 +190,17 @@ func (j *jsonReader) array(elem func(i int) error) error {
 			if err != nil {
 				return err
 			}
-			if sep == ']' {
+			if sep == close {
 				return nil
 			}
 			if sep != ',' {
-				return j.fail("expected ',' or ']' in array")
+				return j.fail("expected ',' or %q", close)
 			}
 			if _, err := j.peek(); err != nil {
 				return err
 			}
 		}
-		if err := elem(i); err != nil {
+		if err := member(i); err != nil {
 			return err
 		}
 	}
