@@ -150,6 +150,33 @@ func (w *walker) anyText() error {
 // field's tokens, 1 more per name (the cookbook's num_tokens_from_messages),
 // with content parts and tool calls read for their text.
 func (w *walker) chatMessages() error {
+	return w.eachObject(perMessage, func(key []byte) error {
+		k, err := w.j.kind()
+		if err != nil {
+			return err
+		}
+		switch {
+		case k == '"':
+			if string(key) == "name" {
+				if err := w.m.add(perName); err != nil {
+					return err
+				}
+			}
+			return w.str()
+		case string(key) == "content":
+			return w.anyText()
+		case string(key) == "tool_calls" && k == '[':
+			return w.j.array(func(int) error { return w.toolCall() })
+		case string(key) == "function_call" && k == '{':
+			return w.toolCall()
+		}
+		return w.j.skip()
+	})
+}
+
+// eachObject reads an array of objects (anything else is skipped), adding
+// overhead tokens per object and handing each field to field.
+func (w *walker) eachObject(overhead int, field func(key []byte) error) error {
 	if ok, err := w.is('['); !ok {
 		return err
 	}
@@ -157,31 +184,10 @@ func (w *walker) chatMessages() error {
 		if ok, err := w.is('{'); !ok {
 			return err
 		}
-		if err := w.m.add(perMessage); err != nil {
+		if err := w.m.add(overhead); err != nil {
 			return err
 		}
-		return w.j.object(func(key []byte) error {
-			k, err := w.j.kind()
-			if err != nil {
-				return err
-			}
-			switch {
-			case k == '"':
-				if string(key) == "name" {
-					if err := w.m.add(perName); err != nil {
-						return err
-					}
-				}
-				return w.str()
-			case string(key) == "content":
-				return w.anyText()
-			case string(key) == "tool_calls" && k == '[':
-				return w.j.array(func(int) error { return w.toolCall() })
-			case string(key) == "function_call" && k == '{':
-				return w.toolCall()
-			}
-			return w.j.skip()
-		})
+		return w.j.object(field)
 	})
 }
 
@@ -316,19 +322,11 @@ func (w *walker) responseItem() error {
 // model reads as content and Anthropic publishes no per-message overhead,
 // so only content is counted.
 func (w *walker) anthropicMessages() error {
-	if ok, err := w.is('['); !ok {
-		return err
-	}
-	return w.j.array(func(int) error {
-		if ok, err := w.is('{'); !ok {
-			return err
+	return w.eachObject(0, func(key []byte) error {
+		if string(key) == "content" {
+			return w.anyText()
 		}
-		return w.j.object(func(key []byte) error {
-			if string(key) == "content" {
-				return w.anyText()
-			}
-			return w.j.skip()
-		})
+		return w.j.skip()
 	})
 }
 
