@@ -2,6 +2,7 @@ package limits_test
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -81,4 +82,34 @@ func BenchmarkDecideManyKeys(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkMemoryPerKey reports the heap each tracked caller costs, with 1
+// admission and with a full CHAT_RPM=20 window (the README's memory note).
+func BenchmarkMemoryPerKey(b *testing.B) {
+	for _, adm := range []int{1, 20} {
+		b.Run(strconv.Itoa(adm)+"-admissions", func(b *testing.B) {
+			const n = 100_000
+			r := rule(20, time.Minute)
+			out := make([]limits.Decision, 1)
+			var perKey float64
+			for b.Loop() {
+				runtime.GC()
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				s := limits.NewMemory(limits.MemoryOptions{MaxKeys: 2 * n})
+				for i := 0; i < n; i++ {
+					k := limits.KeyOf("caller", "ip:10.0."+strconv.Itoa(i>>8)+"."+strconv.Itoa(i&255))
+					for j := 0; j < adm; j++ {
+						s.Decide(context.Background(), []limits.Hit{{Rule: r, Key: k, Cost: 1}}, t0.Add(time.Duration(j)*time.Millisecond), out)
+					}
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				perKey = float64(after.HeapAlloc-before.HeapAlloc) / n
+				runtime.KeepAlive(s)
+			}
+			b.ReportMetric(perKey, "B/key")
+		})
+	}
 }
