@@ -194,3 +194,33 @@ func TestBadURLIsShownWithoutItsPassword(t *testing.T) {
 		t.Errorf("password shown: %v", err)
 	}
 }
+
+// A * in PROTECTED_PATHS stands for one whole segment, or ends a prefix;
+// anywhere else it is an error naming the key and the value.
+func TestProtectedPathWildcards(t *testing.T) {
+	good := "/v1/chat/completions,/openai/deployments/*/chat/completions,/v2/*,/*,/a/*/b/*"
+	c, err := config.Load("", env(map[string]string{"UPSTREAM_URL": "http://up", "PROTECTED_PATHS": good}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("%s: %v", good, err)
+	}
+	c, err = config.Load("", env(map[string]string{"UPSTREAM_URL": "http://up", "PROTECTED_PATHS": "/v1/chat*,/openai/*deployments/x,/v2/**,v1/x,/a b,/x?y=1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Validate()
+	for _, want := range []string{
+		`PROTECTED_PATHS = "/v1/chat*": * must be a whole path segment`,
+		`PROTECTED_PATHS = "/openai/*deployments/x": * must be a whole path segment`,
+		`PROTECTED_PATHS = "/v2/**": * must be a whole path segment`,
+		`PROTECTED_PATHS = "v1/x": a path starts with /`,
+		`PROTECTED_PATHS = "/a b": a path starts with /`,
+		`PROTECTED_PATHS = "/x?y=1": a path starts with /`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+}

@@ -56,8 +56,8 @@ func (c *Config) Validate() error {
 		bad("protected_paths", c.ProtectedPaths, "empty: list at least one path")
 	}
 	for _, p := range c.ProtectedPaths {
-		if !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "?# ") {
-			bad("protected_paths", p, "a path starts with / and has no query")
+		if err := checkProtectedPath(p); err != nil {
+			bad("protected_paths", p, "%v", err)
 		}
 	}
 	for _, p := range c.TrustedProxies {
@@ -95,6 +95,21 @@ func (c *Config) Validate() error {
 	oneOf("log_level", c.LogLevel, "debug", "info", "warn", "error")
 	oneOf("log_format", c.LogFormat, "text", "json")
 	return errors.Join(errs...)
+}
+
+// checkProtectedPath checks one PROTECTED_PATHS entry (SPEC §3): a path
+// from the root, without query, fragment or spaces, where * stands for one
+// whole segment, or as the last segment for a prefix.
+func checkProtectedPath(p string) error {
+	if !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "?#") || strings.ContainsFunc(p, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return errors.New("a path starts with / and has no query, fragment or spaces")
+	}
+	for seg := range strings.SplitSeq(p[1:], "/") {
+		if strings.Contains(seg, "*") && seg != "*" {
+			return errors.New("* must be a whole path segment (/openai/deployments/*/chat/completions), or the last one for a prefix (/v1/*)")
+		}
+	}
+	return nil
 }
 
 func isSecret(key string) bool {

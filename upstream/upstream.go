@@ -11,8 +11,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
+	"net/textproto"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -26,6 +29,14 @@ type Options struct {
 	// X-Forwarded-* headers are kept (and the peer appended to
 	// X-Forwarded-For); from anyone else they are replaced.
 	TrustForwarded func(r *http.Request) bool
+	// ClientIP is the client address the proxy used for r, sent as
+	// X-Real-IP; when nil, the socket peer.
+	ClientIP func(r *http.Request) netip.Addr
+	// NoUpgrade: the requests passed the guard chain, so no protocol
+	// upgrade is forwarded (the upstream answers a plain request and
+	// nothing unguarded can follow on the connection). Otherwise only
+	// WebSocket upgrades are.
+	NoUpgrade bool
 	// ErrorHandler answers a request the upstream could not serve; status
 	// is 502, 504, or 499 when the client went away first.
 	ErrorHandler func(w http.ResponseWriter, r *http.Request, status int)
@@ -49,10 +60,15 @@ func New(o Options) *httputil.ReverseProxy {
 	if trust == nil {
 		trust = func(*http.Request) bool { return false }
 	}
+	clientIP := o.ClientIP
+	if clientIP == nil {
+		clientIP = peer
+	}
 	rt := o.Transport
 	if rt == nil {
 		rt = NewTransport(o.ResponseHeaderTimeout)
 	}
+	claims := newClaimSet()
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			if o.OutgoingBody != nil && pr.Out.Body != nil {
@@ -61,7 +77,13 @@ func New(o Options) *httputil.ReverseProxy {
 				}
 			}
 			pr.SetURL(target)
+			stripUpgrade(pr.Out.Header, o.NoUpgrade)
 			if trust(pr.In) {
+				// A trusted proxy's client-address headers are kept;
+				// X-Real-IP is added when it sent none.
+				if _, ok := pr.Out.Header["X-Real-Ip"]; !ok {
+					setRealIP(pr.Out.Header, clientIP(pr.In))
+				}
 				// Keep the chain a trusted proxy built; SetXForwarded
 				// appends the peer to it.
 				pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
@@ -78,6 +100,14 @@ func New(o Options) *httputil.ReverseProxy {
 				}
 				return
 			}
+			// An untrusted client's claims about its address never reach
+			// the upstream: X-Real-IP is the address the proxy used.
+			for k := range pr.Out.Header {
+				if claims.has(k) {
+					delete(pr.Out.Header, k)
+				}
+			}
+			setRealIP(pr.Out.Header, clientIP(pr.In))
 			pr.SetXForwarded() // ReverseProxy has dropped the inbound X-Forwarded-* and Forwarded
 		},
 		Transport: rt,
@@ -91,6 +121,99 @@ func New(o Options) *httputil.ReverseProxy {
 			}
 		},
 	}
+}
+
+// clientAddressHeaders are the request headers that claim a client
+// address (SPEC §4.5). From an untrusted peer they are removed, as are
+// spellings with _ for - (which CGI-style servers read as the same
+// header) and of the X-Forwarded-* and Forwarded headers, before the
+// proxy sets X-Real-IP and X-Forwarded-* itself.
+var clientAddressHeaders = []string{
+	"X-Real-IP", "True-Client-IP", "CF-Connecting-IP", "X-Client-IP", "X-Cluster-Client-IP", "Fastly-Client-IP",
+	// Others in common use, by ingress-nginx, Envoy, Akamai and mail or
+	// web frameworks.
+	"X-Original-Forwarded-For", "X-Forwarded", "Forwarded-For", "X-Originating-IP", "X-Remote-IP",
+	"X-Remote-Addr", "Client-IP", "X-Envoy-External-Address",
+}
+
+// forwardingHeaders are rewritten by SetXForwarded; only their _
+// spellings need removing.
+var forwardingHeaders = []string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded"}
+
+// claimSet holds the canonical names of clientAddressHeaders, and of both
+// lists in their _ spelling.
+type claimSet map[string]bool
+
+func newClaimSet() claimSet {
+	s := claimSet{}
+	for _, h := range clientAddressHeaders {
+		s[textproto.CanonicalMIMEHeaderKey(h)] = true
+	}
+	for _, h := range append(append([]string(nil), clientAddressHeaders...), forwardingHeaders...) {
+		s[textproto.CanonicalMIMEHeaderKey(strings.ReplaceAll(h, "-", "_"))] = true
+	}
+	return s
+}
+
+// has reports whether header name k, canonical as the server makes every
+// name it parses (X_REAL_IP arrives as X_real_ip), claims a client address.
+func (s claimSet) has(k string) bool { return s[k] }
+
+// setRealIP sets X-Real-IP to a, or removes it when a is unknown.
+func setRealIP(h http.Header, a netip.Addr) {
+	if !a.IsValid() {
+		delete(h, "X-Real-Ip")
+		return
+	}
+	h["X-Real-Ip"] = []string{a.String()}
+}
+
+// peer is the socket peer of r; invalid when RemoteAddr is not an address.
+func peer(r *http.Request) netip.Addr {
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		return ap.Addr().Unmap()
+	}
+	a, _ := netip.ParseAddr(r.RemoteAddr)
+	return a.Unmap()
+}
+
+// stripUpgrade removes a protocol upgrade from an outgoing request's
+// headers: any upgrade when none may pass, otherwise any but WebSocket.
+// ReverseProxy has already reduced the hop-by-hop headers to
+// "Connection: Upgrade" and the requested Upgrade, which it then tunnels
+// if the upstream answers 101; without them the upstream answers a plain
+// request (and a 101 anyway is a 502). An h2c upgrade (RFC 7540 §3.2)
+// would hand the client an HTTP/2 connection to the upstream on which no
+// request is guarded, so only WebSocket passes on unprotected routes.
+// HTTP2-Settings belongs to the connection and never passes.
+func stripUpgrade(h http.Header, none bool) {
+	delete(h, "Http2-Settings")
+	up, ok := h["Upgrade"]
+	if !ok {
+		return
+	}
+	if !none && websocketOnly(up) {
+		return
+	}
+	delete(h, "Upgrade")
+	delete(h, "Connection")
+}
+
+// websocketOnly reports whether every protocol an Upgrade header offers is
+// WebSocket.
+func websocketOnly(values []string) bool {
+	seen := false
+	for _, v := range values {
+		for tok := range strings.SplitSeq(v, ",") {
+			if tok = strings.TrimSpace(tok); tok != "" {
+				if !strings.EqualFold(tok, "websocket") {
+					return false
+				}
+				seen = true
+			}
+		}
+	}
+	return seen
 }
 
 // Status maps a forwarding error to the status the client gets: 499 when
