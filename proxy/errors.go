@@ -10,15 +10,16 @@ import (
 
 // Error codes of SPEC §5.
 const (
-	codeUnauthorized    = "unauthorized"
-	codeRateLimited     = "rate_limited"
-	codeBodyTooLarge    = "body_too_large"
-	codeFileTooLarge    = "file_too_large"
-	codeInputTooLarge   = "input_too_large"
-	codeInvalidRequest  = "invalid_request"
-	codeUpstreamDown    = "upstream_unavailable"
-	codeUpstreamTimeout = "upstream_timeout"
-	codeStoreDown       = "rate_limiter_unavailable"
+	codeUnauthorized        = "unauthorized"
+	codeRateLimited         = "rate_limited"
+	codeBodyTooLarge        = "body_too_large"
+	codeFileTooLarge        = "file_too_large"
+	codeInputTooLarge       = "input_too_large"
+	codeInvalidRequest      = "invalid_request"
+	codeUnsupportedEncoding = "unsupported_encoding"
+	codeUpstreamDown        = "upstream_unavailable"
+	codeUpstreamTimeout     = "upstream_timeout"
+	codeStoreDown           = "rate_limiter_unavailable"
 )
 
 // field is one top-level member an error body adds to its envelope.
@@ -60,6 +61,8 @@ func envelopeFor(path string, flat bool) envelope {
 // errorType is both providers' name for the category of a status.
 func errorType(status int) string {
 	switch {
+	case status == http.StatusBadRequest, status == http.StatusUnsupportedMediaType:
+		return "invalid_request_error"
 	case status == http.StatusUnauthorized:
 		return "authentication_error"
 	case status == http.StatusRequestEntityTooLarge:
@@ -132,10 +135,15 @@ func writeJSON(b *bytes.Buffer, v any) {
 	}
 }
 
-// writeError answers e in the envelope of r's path. Headers already set on
-// w (rate-limit headers, Retry-After) are kept.
+// writeError answers e in the envelope of r's path: on a protected route,
+// of the canonical path that matched (/V1/Messages is Anthropic's). Headers
+// already set on w (rate-limit headers, Retry-After) are kept.
 func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, e *apiError) {
-	body := e.body(envelopeFor(r.URL.Path, p.flatErrors))
+	path := r.URL.Path
+	if x, ok := w.(*exchange); ok && x.apiPath != "" {
+		path = x.apiPath
+	}
+	body := e.body(envelopeFor(path, p.flatErrors))
 	h := w.Header()
 	h["Content-Type"] = []string{"application/json"}
 	h["Content-Length"] = []string{strconv.Itoa(len(body))}

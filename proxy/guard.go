@@ -18,13 +18,13 @@ import (
 // when not, the answer has been written and x.decision says why.
 func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time) bool {
 	// 1. Identify.
-	c := p.ips.identify(r)
+	c := p.ips.identify(r, anthropicPath(x.apiPath))
 	if p.cfg.RequireAuth && !c.hasCred {
 		x.decision = decUnauthorized
 		p.log.Info("request denied", "rule", "require_auth", "key", "caller="+c.logged(), "path", r.URL.Path)
 		x.Header()["Www-Authenticate"] = []string{"Bearer"}
 		p.writeError(x, r, &apiError{status: http.StatusUnauthorized, code: codeUnauthorized,
-			message: "An API key is required: send Authorization: Bearer <key> or X-API-Key."})
+			message: "An API key is required: send Authorization: Bearer <key>, X-API-Key or api-key."})
 		return false
 	}
 
@@ -48,8 +48,18 @@ func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time) bool {
 // guardBody runs guards 3 and 4: the body and file size caps, then the
 // input-token cap. The body is read in full (within the cap) because a
 // token cap cannot un-send bytes; an admitted body is then forwarded from
-// that copy, byte for byte.
+// that copy, byte for byte. A compressed body is refused before any byte
+// of it is read (SPEC §4.6): the caps would count the compressed bytes.
 func (p *Proxy) guardBody(x *exchange, r *http.Request, c caller, now time.Time) bool {
+	if ce := r.Header["Content-Encoding"]; len(ce) > 0 && !identityOnly(ce) {
+		x.decision = decUnsupportedEncoding
+		p.log.Info("request denied", "rule", "content_encoding", "key", "caller="+c.logged(), "path", r.URL.Path)
+		x.Header()["Accept-Encoding"] = []string{"identity"}
+		p.writeError(x, r, &apiError{status: http.StatusUnsupportedMediaType, code: codeUnsupportedEncoding,
+			message: "Compressed request bodies are not accepted: send the body without a Content-Encoding."})
+		return false
+	}
+
 	// 3. Body and file size.
 	body, err := readBody(x.ResponseWriter, r, p.cfg.MaxBodyBytes, now)
 	switch {
@@ -81,7 +91,7 @@ func (p *Proxy) guardBody(x *exchange, r *http.Request, c caller, now time.Time)
 	}
 
 	// 4. Token cap.
-	est, err := p.tokens.Estimate(tokens.Request{Format: tokens.FormatForPath(x.routeName), ContentType: ct,
+	est, err := p.tokens.Estimate(tokens.Request{Format: x.format, ContentType: ct,
 		Body: body.readerAt(), Size: body.size}, int(p.cfg.MaxInputTokens))
 	if err != nil {
 		if errors.Is(err, tokens.ErrInvalid) {
@@ -105,6 +115,19 @@ func (p *Proxy) guardBody(x *exchange, r *http.Request, c caller, now time.Time)
 	r.ContentLength = body.size
 	r.TransferEncoding = nil
 	delete(r.Header, "Expect") // the body is here already: no 100-continue upstream
+	return true
+}
+
+// identityOnly reports whether Content-Encoding values name no coding but
+// identity ("", "identity", "Identity, identity").
+func identityOnly(values []string) bool {
+	for _, v := range values {
+		for tok := range strings.SplitSeq(v, ",") {
+			if tok = strings.TrimSpace(tok); tok != "" && !strings.EqualFold(tok, "identity") {
+				return false
+			}
+		}
+	}
 	return true
 }
 

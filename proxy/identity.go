@@ -151,9 +151,11 @@ func (c caller) logged() string {
 }
 
 // identify builds the caller of r (SPEC §4.1): the API key, else the client
-// IP. The raw key never leaves this function; only its hash does.
-func (c *clientIPs) identify(r *http.Request) caller {
-	if tok := apiKey(r); tok != "" {
+// IP. anthropic says the path is Anthropic's (/v1/messages…), whose API
+// reads X-API-Key first. The raw key never leaves this function; only its
+// hash does.
+func (c *clientIPs) identify(r *http.Request, anthropic bool) caller {
+	if tok := apiKey(r, anthropic); tok != "" {
 		return caller{value: hashKey(tok), hasCred: true}
 	}
 	ip := c.clientIP(r)
@@ -171,15 +173,42 @@ func (c *clientIPs) identify(r *http.Request) caller {
 	return caller{value: string(b), ip: ip}
 }
 
-// apiKey returns the bearer token, else X-API-Key; "" when neither has a
-// non-empty value.
-func apiKey(r *http.Request) string {
-	if a := r.Header.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
-		if tok := strings.TrimSpace(a[7:]); tok != "" {
+// apiKey returns the API key from the header the path's API authenticates
+// with first, so that a real key in that header and a made-up one in
+// another cannot be told apart by rotating the made-up one: on Anthropic's
+// paths X-API-Key then the bearer token, elsewhere the bearer token, then
+// X-API-Key, then Azure OpenAI's api-key. An empty token is no credential.
+// "" when no header has one.
+func apiKey(r *http.Request, anthropic bool) string {
+	if anthropic {
+		if tok := headerKey(r, "X-Api-Key"); tok != "" {
 			return tok
 		}
+		return bearer(r)
 	}
-	return strings.TrimSpace(r.Header.Get("X-Api-Key"))
+	if tok := bearer(r); tok != "" {
+		return tok
+	}
+	if tok := headerKey(r, "X-Api-Key"); tok != "" {
+		return tok
+	}
+	return headerKey(r, "Api-Key")
+}
+
+// bearer is the token of an Authorization: Bearer header, "" if none.
+func bearer(r *http.Request) string {
+	if a := r.Header.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
+		return strings.TrimSpace(a[7:])
+	}
+	return ""
+}
+
+// headerKey is the trimmed first value of a key header (canonical name).
+func headerKey(r *http.Request, name string) string {
+	if v := r.Header[name]; len(v) > 0 {
+		return strings.TrimSpace(v[0])
+	}
+	return ""
 }
 
 // hashKey is the public form of an API key: the first 16 hex digits of its

@@ -92,7 +92,7 @@ func TestIdentify(t *testing.T) {
 			for k, v := range tt.headers {
 				r.Header.Set(k, v)
 			}
-			got := c.identify(r)
+			got := c.identify(r, false)
 			if got.value != tt.value || got.logged() != tt.logged || got.hasCred != tt.cred {
 				t.Fatalf("got %+v", got)
 			}
@@ -115,7 +115,8 @@ func FuzzClientIP(f *testing.F) {
 		if p := peerAddr(r); p.IsValid() && !c.isTrusted(p) && got != p {
 			t.Fatalf("untrusted peer %v resolved to %v", p, got)
 		}
-		c.identify(r)
+		c.identify(r, false)
+		c.identify(r, true)
 	})
 }
 
@@ -141,4 +142,34 @@ func BenchmarkClientIP(b *testing.B) {
 func sha16(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:8])
+}
+
+// The key comes from the header the path's API reads first; an empty one
+// is skipped.
+func TestAPIKeyOrder(t *testing.T) {
+	tests := []struct {
+		anthropic bool
+		headers   map[string]string
+		want      string
+	}{
+		{false, map[string]string{"Authorization": "Bearer real", "X-API-Key": "fake"}, "real"},
+		{false, map[string]string{"Authorization": "Bearer real", "Api-Key": "fake"}, "real"},
+		{false, map[string]string{"X-API-Key": "real", "Api-Key": "fake"}, "real"},
+		{false, map[string]string{"Api-Key": " azure "}, "azure"},
+		{false, map[string]string{"Authorization": "Bearer  ", "X-API-Key": "", "Api-Key": "azure"}, "azure"},
+		{false, map[string]string{"Authorization": "Basic dXNlcjpwYXNz"}, ""},
+		{true, map[string]string{"Authorization": "Bearer fake", "X-API-Key": "real"}, "real"},
+		{true, map[string]string{"Authorization": "Bearer real", "X-API-Key": "  "}, "real"},
+		{true, map[string]string{"Authorization": "Bearer real"}, "real"},
+		{true, map[string]string{"Api-Key": "azure"}, ""},
+	}
+	for _, tt := range tests {
+		r := httptest.NewRequest(http.MethodPost, "/v1/messages", nil)
+		for k, v := range tt.headers {
+			r.Header.Set(k, v)
+		}
+		if got := apiKey(r, tt.anthropic); got != tt.want {
+			t.Errorf("anthropic=%v %v: %q, want %q", tt.anthropic, tt.headers, got, tt.want)
+		}
+	}
 }

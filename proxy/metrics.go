@@ -14,9 +14,11 @@ const (
 	decUpstreamError = "upstream_error"
 	decClientClosed  = "client_closed"
 	decInvalid       = "invalid_request"
+	// decUnsupportedEncoding is a compressed protected body (415).
+	decUnsupportedEncoding = "unsupported_encoding"
 )
 
-var decisions = []string{decAllowed, decRateLimited, decTooLarge, decUnauthorized, decStoreError, decUpstreamError, decClientClosed, decInvalid}
+var decisions = []string{decAllowed, decRateLimited, decTooLarge, decUnauthorized, decStoreError, decUpstreamError, decClientClosed, decInvalid, decUnsupportedEncoding}
 
 // routeUnprotected labels every request outside the protected routes.
 const routeUnprotected = "unprotected"

@@ -10,8 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"path"
-	"strings"
 	"sync"
 	"time"
 
@@ -52,14 +50,15 @@ type Proxy struct {
 	log        *slog.Logger
 	now        func() time.Time
 	ips        clientIPs
-	protected  map[string]bool
+	routes     *routes
 	chatRule   *ruleHeaders
 	flatErrors bool
 	metrics    *metrics
 	tokens     *tokens.Tokenizer
 	storeName  string
 	storeUp    func() bool
-	forward    http.Handler
+	forward    http.Handler // unprotected requests: WebSocket upgrades pass
+	guarded    http.Handler // admitted protected requests: no upgrade passes
 	pool       sync.Pool
 }
 
@@ -78,7 +77,6 @@ func New(o Options) (*Proxy, error) {
 		store:      o.Store,
 		log:        o.Logger,
 		now:        o.Now,
-		protected:  map[string]bool{},
 		flatErrors: c.ErrorFormat == "flat",
 		ips:        clientIPs{ipv6Prefix: int(c.IPv6Prefix)},
 		tokens:     o.Tokenizer,
@@ -104,9 +102,6 @@ func New(o Options) (*Proxy, error) {
 		}
 		p.ips.trusted = append(p.ips.trusted, pre)
 	}
-	for _, path := range c.ProtectedPaths {
-		p.protected[path] = true
-	}
 	chat := &limits.Rule{Name: "chat_rpm", Algorithm: limits.SlidingWindow, Limit: c.ChatRPM, Window: time.Minute}
 	if err := chat.Validate(); err != nil {
 		return nil, err
@@ -118,6 +113,7 @@ func New(o Options) (*Proxy, error) {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	p.metrics = m
+	p.routes = newRoutes(c.ProtectedPaths, m)
 	if o.Stats != nil {
 		if err := registerStoreStats(o.Registerer, o.Stats); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
@@ -128,14 +124,22 @@ func New(o Options) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("upstream_url: %w", err)
 	}
-	p.forward = upstream.New(upstream.Options{
+	rt := o.Transport
+	if rt == nil {
+		rt = upstream.NewTransport(c.UpstreamTimeout)
+	}
+	uo := upstream.Options{
 		Target:                target,
 		ResponseHeaderTimeout: c.UpstreamTimeout,
 		TrustForwarded:        p.ips.trustedPeer,
+		ClientIP:              p.ips.clientIP,
 		ErrorHandler:          p.upstreamError,
-		Transport:             o.Transport,
+		Transport:             rt, // one connection pool for both handlers
 		OutgoingBody:          outgoingBody,
-	})
+	}
+	p.forward = upstream.New(uo)
+	uo.NoUpgrade = true
+	p.guarded = upstream.New(uo)
 	p.pool.New = func() any { return new(exchange) }
 	return p, nil
 }
@@ -156,8 +160,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	*x = exchange{ResponseWriter: w, decision: decAllowed, now: p.now}
 	defer p.pool.Put(x)
 
-	route, protected := p.route(r)
-	x.route, x.routeName = p.metrics.route(route), route
+	rt, canonical := p.route(r)
+	protected := rt != nil
+	if protected {
+		x.route, x.routeName, x.format, x.apiPath = rt.metrics, rt.label, rt.format, canonical
+	} else {
+		x.route, x.routeName = p.metrics.route(routeUnprotected), routeUnprotected
+	}
 	defer func() {
 		if x.body != nil {
 			x.body.close()
@@ -171,31 +180,24 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			x.route.requests[x.decision].Inc()
 			return
 		}
+		p.guarded.ServeHTTP(x, r)
 	} else {
 		x.forwardedAt = p.now()
+		p.forward.ServeHTTP(x, r)
 	}
-	p.forward.ServeHTTP(x, r)
 	x.route.requests[x.decision].Inc()
 }
 
-// route reports r's protected path (its route label) and whether the
-// guards apply. The path is cleaned first so /v1//chat/completions/ or
-// /v1/./chat/completions cannot slip past a guard that the upstream's
-// router would not notice; what is forwarded is left untouched.
-func (p *Proxy) route(r *http.Request) (string, bool) {
-	if r.Method != http.MethodPost {
-		return routeUnprotected, false
+// route returns the PROTECTED_PATHS entry r falls under and the canonical
+// spelling of its path that matched; nil when the guards do not apply
+// (SPEC §3). Any spelling an upstream's router could take for a protected
+// path counts (/V1//Chat/completions;x=1/, /v1/chat%2Fcompletions); what
+// is forwarded is left as sent.
+func (p *Proxy) route(r *http.Request) (*protectedRoute, string) {
+	if !postLike(r) {
+		return nil, ""
 	}
-	pth := r.URL.Path
-	if p.protected[pth] {
-		return pth, true
-	}
-	if strings.Contains(pth, "//") || strings.Contains(pth, "/.") || (len(pth) > 1 && strings.HasSuffix(pth, "/")) {
-		if c := path.Clean(pth); p.protected[c] {
-			return c, true
-		}
-	}
-	return routeUnprotected, false
+	return p.routes.match(r)
 }
 
 // upstreamError answers a request the upstream did not serve.

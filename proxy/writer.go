@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
+	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
 )
 
 // exchange is one request's pass through the proxy: it wraps the
@@ -19,7 +20,9 @@ type exchange struct {
 	decision    string    // metrics label; set by the guard, refined on forwarding errors
 	forwardedAt time.Time // zero until the request leaves for the upstream
 	route       *routeMetrics
-	routeName   string   // the protected path matched, or routeUnprotected
+	routeName   string // the PROTECTED_PATHS entry matched, or routeUnprotected
+	apiPath     string // protected: the canonical path that matched (error envelope, credential order)
+	format      tokens.Format
 	body        *spooled // the buffered body of a protected request
 	now         func() time.Time
 
