@@ -1,0 +1,538 @@
+package pdf
+
+import (
+	"compress/zlib"
+	"errors"
+	"io"
+	"strings"
+	"unicode/utf8"
+
+	lib "github.com/ledongthuc/pdf"
+)
+
+// Reading a file with the library, once check.go has passed it.
+
+// boundPanic is thrown from inside the library's calls (by the ReaderAt the
+// library reads through) when the deadline has passed; guard catches it.
+type boundPanic struct{}
+
+func (boundPanic) Error() string { return "pdf: deadline passed" }
+
+// view is the io.ReaderAt the library reads the file through. Every read
+// checks the deadline: the library reads the file for every object it
+// resolves (it keeps no cache), so no loop of its can outlast the deadline
+// by more than one object.
+type view struct {
+	data  []byte
+	b     *budget
+	patch bool // show the header as %PDF-1.7, a version the library accepts
+}
+
+var errNegative = errors.New("pdf: negative offset")
+
+func (v *view) ReadAt(p []byte, off int64) (int, error) {
+	if v.b.check() != nil {
+		panic(boundPanic{})
+	}
+	if off < 0 {
+		return 0, errNegative
+	}
+	if off >= int64(len(v.data)) {
+		return 0, io.EOF
+	}
+	n := copy(p, v.data[off:])
+	if v.patch && off < 8 {
+		const hdr = "%PDF-1.7"
+		for i := int(off); i < 8 && i-int(off) < n; i++ {
+			p[i-int(off)] = hdr[i]
+		}
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// guard runs a call into the library. A panic in it (the library reports
+// malformed input by panicking) becomes errLibrary; the deadline's panic
+// becomes errOver.
+func guard(b *budget, f func()) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(boundPanic); ok || b.over {
+				b.over = true
+				err = errOver
+				return
+			}
+			err = errLibrary
+		}
+	}()
+	f()
+	if b.over {
+		return errOver
+	}
+	return nil
+}
+
+var errLibrary = errors.New("pdf: library failed")
+
+// call is guard for the page phase: a failure of the library there marks
+// the reading degraded.
+func (l *libReader) call(f func()) error {
+	err := guard(l.b, f)
+	if errors.Is(err, errLibrary) {
+		l.degraded = true
+	}
+	return err
+}
+
+// Structural bounds of the library path, all far above what real files use.
+const (
+	maxTreeDepth = 64   // page tree levels
+	maxFormDepth = 8    // form XObjects inside form XObjects
+	maxContents  = 4096 // content streams of one page
+	maxDiffs     = 512  // entries of an encoding's /Differences
+	maxFontCache = 4096 // decoders and forms remembered
+)
+
+type libReader struct {
+	r        *lib.Reader
+	b        *budget
+	lim      Limits
+	out      *textOut
+	size     int64
+	fonts    map[string]decoder // by font resource dictionary and name
+	empty    map[string]bool    // forms that show no text
+	active   map[string]bool    // forms being run
+	cut      bool               // the form depth bound was reached
+	pageB    *budget            // what the current page's streams may decode to
+	formData map[string][]byte  // the current page's decoded forms
+	// degraded: the library failed on some object after text was written;
+	// the caller adds the scan's cost.
+	degraded bool
+	res      Result
+}
+
+type pageRef struct {
+	res      lib.Value
+	contents []lib.Value // the page's content streams
+}
+
+func newLibReader(b *budget, lim Limits, out *textOut) *libReader {
+	return &libReader{b: b, lim: lim, out: out,
+		fonts: map[string]decoder{}, empty: map[string]bool{}, active: map[string]bool{}}
+}
+
+// read writes the text of data's pages. ok is false when the library could
+// not open the file or walk its page tree; nothing was written then, and
+// the caller falls back to the scan. After it, l.res is the result, and
+// l.degraded says whether the library failed on some object on the way:
+// the caller then adds the scan's cost.
+func (l *libReader) read(data []byte, patch bool) (ok bool, err error) {
+	b, out := l.b, l.out
+	l.size = int64(len(data))
+	var openErr error
+	err = guard(b, func() {
+		l.r, openErr = lib.NewReader(&view{data: data, b: b, patch: patch}, int64(len(data)))
+	})
+	if b.over {
+		return false, errOver
+	}
+	if err != nil || openErr != nil {
+		return false, nil
+	}
+	var pages []pageRef
+	var count int
+	// The walk resolves every page's content streams before any text is
+	// written: a file the library stumbles on there is the scan's.
+	err = guard(b, func() { pages, count = l.walk() })
+	if err != nil {
+		if errors.Is(err, errOver) {
+			return false, errOver
+		}
+		return false, nil
+	}
+	if count == 0 {
+		return false, nil
+	}
+	l.res.Pages = count
+	for _, p := range pages {
+		if err := l.page(p); err != nil {
+			return true, err
+		}
+		out.separate('\n')
+	}
+	return true, out.flush()
+}
+
+// walk collects the first MaxPages pages of the page tree, in order, and
+// counts them all. Pages nodes are visited once each (a tree with a cycle,
+// or a node under two parents, is read as a tree); /Parent is never
+// followed: inherited resources are carried down.
+func (l *libReader) walk() ([]pageRef, int) {
+	root := l.r.Trailer().Key("Root").Key("Pages")
+	if root.Kind() != lib.Dict {
+		return nil, 0
+	}
+	type frame struct {
+		kids lib.Value
+		i    int
+		res  lib.Value
+	}
+	var pages []pageRef
+	count := 0
+	visited := map[string]bool{}
+	leaf := func(v lib.Value, res lib.Value) {
+		count++
+		if count > l.lim.MaxPages {
+			return
+		}
+		if r := v.Key("Resources"); !r.IsNull() {
+			res = r
+		}
+		p := pageRef{res: res}
+		c := v.Key("Contents")
+		switch c.Kind() {
+		case lib.Stream:
+			p.contents = append(p.contents, c)
+		case lib.Array:
+			for i := 0; i < c.Len() && i < maxContents; i++ {
+				if s := c.Index(i); s.Kind() == lib.Stream {
+					p.contents = append(p.contents, s)
+				}
+			}
+		}
+		pages = append(pages, p)
+	}
+	kids := root.Key("Kids")
+	if kids.Kind() != lib.Array {
+		leaf(root, lib.Value{})
+		return pages, count
+	}
+	visited[root.String()] = true
+	stack := []frame{{kids: kids, res: root.Key("Resources")}}
+	for len(stack) > 0 {
+		if l.b.tick() != nil {
+			panic(boundPanic{})
+		}
+		top := &stack[len(stack)-1]
+		if top.i >= top.kids.Len() {
+			stack = stack[:len(stack)-1]
+			continue
+		}
+		kid := top.kids.Index(top.i)
+		top.i++
+		if kid.Kind() != lib.Dict {
+			// A kid the library reads as null (an object it cannot find):
+			// a reader that rebuilds the xref might find a page there.
+			l.degraded = true
+			continue
+		}
+		kk := kid.Key("Kids")
+		if kk.Kind() != lib.Array || kid.Key("Type").Name() == "Page" {
+			leaf(kid, top.res)
+			continue
+		}
+		key := kid.String()
+		if visited[key] {
+			continue
+		}
+		visited[key] = true
+		if len(stack) >= maxTreeDepth {
+			panic(errLibrary)
+		}
+		res := top.res
+		if r := kid.Key("Resources"); !r.IsNull() {
+			res = r
+		}
+		stack = append(stack, frame{kids: kk, res: res})
+	}
+	return pages, count
+}
+
+// page writes one page's text. The distinct streams a page decodes
+// (contents, forms, CMaps) may together produce MaxDecompressed bytes: the
+// scan has charged them once already, under the same bound.
+func (l *libReader) page(p pageRef) error {
+	l.pageB = &budget{deadline: l.b.deadline, left: l.lim.MaxDecompressed}
+	l.formData = map[string][]byte{}
+	// A page's content streams are one stream cut in pieces: tokens may
+	// span them.
+	var content []byte
+	for i, s := range p.contents {
+		data, err := l.streamBytes(s)
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			content = data
+			continue
+		}
+		content = append(content, '\n')
+		content = append(content, data...)
+	}
+	in := newInterp(l.b, l.out, &libResources{l: l, v: p.res}, 0)
+	return in.run(content)
+}
+
+// streamBytes returns a stream's decoded data. A stream whose filters the
+// library cannot be trusted to decode within the bound (more than one Flate
+// step, a predictor with huge rows) or cannot decode at all is not read:
+// its encoded length is counted in Result.Unread.
+func (l *libReader) streamBytes(s lib.Value) ([]byte, error) {
+	var data []byte
+	var length int64
+	readable := false
+	err := l.call(func() {
+		length = s.Key("Length").Int64()
+		readable = libReadable(s)
+	})
+	if errors.Is(err, errOver) {
+		return nil, err
+	}
+	if err == nil && readable {
+		one := l.pageB
+		if one == nil {
+			one = &budget{deadline: l.b.deadline, left: l.lim.MaxDecompressed}
+		}
+		var rerr error
+		err = l.call(func() {
+			rc := s.Reader()
+			defer rc.Close()
+			data, rerr = readAll(&meter{rc, one}, one, 4*int(min(length, l.size)))
+		})
+		if one.over {
+			l.b.over = true
+			return nil, errOver
+		}
+		if errors.Is(err, errOver) {
+			return nil, err
+		}
+		if err == nil && (rerr == io.EOF || rerr == zlib.ErrChecksum) {
+			return data, nil
+		}
+		if err == nil {
+			// Damaged: what came before the damage is read, and the
+			// stream's size counts too.
+			l.res.Unread += max(0, min(length, l.size))
+			return data, nil
+		}
+	}
+	if length < 0 {
+		length = 0
+	}
+	l.res.Unread += min(length, l.size)
+	return nil, nil
+}
+
+// libReadable reports whether the library may decode s: filters it knows,
+// at most one Flate step, and predictor rows of bounded size.
+func libReadable(s lib.Value) bool {
+	f := s.Key("Filter")
+	parms := s.Key("DecodeParms")
+	var names []string
+	var ps []lib.Value
+	switch f.Kind() {
+	case lib.Null:
+	case lib.Name:
+		names, ps = []string{f.Name()}, []lib.Value{parms}
+	case lib.Array:
+		if f.Len() > 4 {
+			return false
+		}
+		for i := 0; i < f.Len(); i++ {
+			names = append(names, f.Index(i).Name())
+			ps = append(ps, parms.Index(i))
+		}
+	default:
+		return false
+	}
+	flates := 0
+	for i, n := range names {
+		switch n {
+		case "FlateDecode":
+			flates++
+			if pred := ps[i].Key("Predictor"); !pred.IsNull() {
+				if c := ps[i].Key("Columns").Int64(); c < 0 || c > maxColumns {
+					return false
+				}
+			}
+		case "ASCII85Decode":
+		default:
+			return false
+		}
+	}
+	return flates <= 1
+}
+
+// libResources serves fonts and forms from a resource dictionary.
+type libResources struct {
+	l      *libReader
+	v      lib.Value
+	fonts  lib.Value
+	key    string
+	loaded bool
+	local  map[string]decoder
+	forms  map[string]*formRef // by name; nil for a name that is no form
+}
+
+func (r *libResources) font(name []byte) decoder {
+	if d, ok := r.local[string(name)]; ok {
+		return d
+	}
+	var dec decoder = rawDecoder{}
+	var ck string
+	var tu lib.Value
+	err := r.l.call(func() {
+		if !r.loaded {
+			r.loaded = true
+			r.fonts = r.v.Key("Font")
+			r.key = r.fonts.String()
+		}
+		ck = r.key + "\x00" + string(name)
+		if d, ok := r.l.fonts[ck]; ok {
+			dec = d
+			return
+		}
+		f := r.fonts.Key(string(name))
+		if tu = f.Key("ToUnicode"); tu.Kind() != lib.Stream {
+			dec = encodingDecoder(f)
+		}
+	})
+	if err == nil && tu.Kind() == lib.Stream {
+		// A ToUnicode CMap, read by this package (outside guard: a bug
+		// here must show in the tests, not pass for the library's).
+		data, serr := r.l.streamBytes(tu)
+		if serr != nil {
+			r.l.b.over = true
+		} else if m := parseCMap(data, r.l.b); m != nil {
+			dec = m
+		}
+	}
+	if err != nil {
+		dec = rawDecoder{}
+	} else if len(r.l.fonts) < maxFontCache {
+		r.l.fonts[ck] = dec
+	}
+	if r.local == nil {
+		r.local = map[string]decoder{}
+	}
+	if len(r.local) < maxFontCache {
+		r.local[string(name)] = dec
+	}
+	return dec
+}
+
+// encodingDecoder builds the decoder of a font dictionary without a
+// ToUnicode CMap: the library's reading of its /Encoding (the library's
+// Encoder would read a ToUnicode CMap with its own interpreter: not that).
+func encodingDecoder(f lib.Value) decoder {
+	enc := f.Key("Encoding")
+	switch enc.Kind() {
+	case lib.Name:
+		n := enc.Name()
+		if strings.Contains(n, "UCS2") || strings.Contains(n, "UTF16") {
+			return utf16Decoder{}
+		}
+		if strings.HasPrefix(n, "Identity") {
+			return rawDecoder{}
+		}
+	case lib.Dict:
+		if enc.Key("Differences").Len() > maxDiffs {
+			return rawDecoder{}
+		}
+	}
+	font := lib.Font{V: f}
+	e := font.Encoder()
+	var t tableDecoder
+	for c := 0; c < 256; c++ {
+		s := e.Decode(string([]byte{byte(c)}))
+		if !utf8.ValidString(s) {
+			s = string(rune(c))
+		}
+		t[c] = s
+	}
+	return &t
+}
+
+type tableDecoder [256]string
+
+func (t *tableDecoder) decode(dst, raw []byte) []byte {
+	for _, c := range raw {
+		dst = append(dst, t[c]...)
+	}
+	return dst
+}
+
+type utf16Decoder struct{}
+
+func (utf16Decoder) decode(dst, raw []byte) []byte { return appendUTF16(dst, raw) }
+
+// formRef is a form XObject as a resource dictionary names it.
+type formRef struct {
+	xo  lib.Value
+	key string        // the stream (its String ends with its offset) and its resources
+	sub *libResources // the resources its content uses
+}
+
+func (r *libResources) form(name []byte, depth int) error {
+	l := r.l
+	if depth > maxFormDepth {
+		l.cut = true
+		return nil
+	}
+	f, known := r.forms[string(name)]
+	if !known {
+		err := l.call(func() {
+			xo := r.v.Key("XObject").Key(string(name))
+			if xo.Kind() != lib.Stream || xo.Key("Subtype").Name() != "Form" {
+				return
+			}
+			res := xo.Key("Resources")
+			if res.Kind() != lib.Dict {
+				res = r.v
+			}
+			// The same form under other resources may reach other XObjects.
+			f = &formRef{xo: xo, key: xo.String() + "\x00" + res.String(), sub: &libResources{l: l, v: res}}
+		})
+		if errors.Is(err, errOver) {
+			return err
+		}
+		if r.forms == nil {
+			r.forms = map[string]*formRef{}
+		}
+		if len(r.forms) < maxFontCache {
+			r.forms[string(name)] = f
+		}
+	}
+	if f == nil || l.empty[f.key] || l.active[f.key] {
+		// Not a form, a form known to show nothing, or a form inside
+		// itself: a cycle shows nothing more.
+		return nil
+	}
+	data, ok := l.formData[f.key]
+	if !ok {
+		var err error
+		data, err = l.streamBytes(f.xo)
+		if err != nil {
+			return err
+		}
+		l.formData[f.key] = data
+	}
+	before := l.out.n + int64(len(l.out.buf))
+	cut := l.cut
+	l.cut = false
+	l.active[f.key] = true
+	err := newInterp(l.b, l.out, f.sub, depth).run(data)
+	delete(l.active, f.key)
+	if err != nil {
+		return err
+	}
+	// A form that showed no text is not run again, unless the depth bound
+	// cut it short: run from shallower, it might show some.
+	if !l.cut && l.out.n+int64(len(l.out.buf)) == before && len(l.empty) < maxFontCache {
+		l.empty[f.key] = true
+	}
+	l.cut = l.cut || cut
+	return nil
+}
