@@ -25,6 +25,13 @@ func n(t testing.TB, model, text string) int {
 	return c
 }
 
+// other is what a model of another provider is charged for one text:
+// cl100k_base's count, never below ⌈characters ÷ 3.5⌉.
+func other(t testing.TB, text string) int {
+	t.Helper()
+	return max(n(t, "gpt-4", text), (len([]rune(text))*2+6)/7)
+}
+
 func pngDataURL(t testing.TB, w, h int) string {
 	t.Helper()
 	var b bytes.Buffer
@@ -57,8 +64,11 @@ func TestFormats(t *testing.T) {
 		{"chat, image low", tokens.FormatChat,
 			`{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + img + `","detail":"low"}}]}]}`,
 			3 + n(t, m, "user") + 85 + 3},
-		{"chat, remote image: low-detail cost", tokens.FormatChat,
+		{"chat, remote image: a 2048×2048 image at its detail", tokens.FormatChat,
 			`{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/cat.png"}}]}]}`,
+			3 + n(t, m, "user") + 85 + 170*4 + 3},
+		{"chat, remote image low", tokens.FormatChat,
+			`{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/cat.png","detail":"low"}}]}]}`,
 			3 + n(t, m, "user") + 85 + 3},
 		{"chat, gpt-4o-mini image low", tokens.FormatChat,
 			`{"model":"gpt-4o-mini","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x","detail":"low"}}]}]}`,
@@ -66,14 +76,14 @@ func TestFormats(t *testing.T) {
 		{"chat, tool calls and tool result", tokens.FormatChat,
 			`{"model":"gpt-4o","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Rome\"}"}}]},{"role":"tool","tool_call_id":"call_1","content":"22 C"}]}`,
 			3 + n(t, m, "assistant") + n(t, m, "get_weather") + n(t, m, `{"city":"Rome"}`) +
-				3 + n(t, m, "tool") + n(t, m, "call_1") + n(t, m, "22 C") + 3},
+				3 + n(t, m, "tool") + n(t, m, "22 C") + 3}, // ids are metadata
 		{"chat, name", tokens.FormatChat,
 			`{"messages":[{"role":"user","name":"bob","content":"hi"}],"model":"gpt-4o"}`,
 			3 + n(t, m, "user") + n(t, m, "bob") + 1 + n(t, m, "hi") + 3},
 		{"completions, prompt string", tokens.FormatCompletions,
 			`{"model":"gpt-4o","prompt":"Say this is a test"}`, n(t, m, "Say this is a test")},
 		{"completions, prompt array and token ids", tokens.FormatCompletions,
-			`{"model":"gpt-4o","prompt":["one two","three"],"suffix":"ignored"}`, n(t, m, "one two") + n(t, m, "three")},
+			`{"model":"gpt-4o","prompt":["one two","three"],"suffix":"counted too"}`, n(t, m, "one two") + n(t, m, "three") + n(t, m, "counted too")},
 		{"completions, token ids", tokens.FormatCompletions, `{"model":"gpt-4o","prompt":[1,2,3,4]}`, 4},
 		{"embeddings, strings", tokens.FormatEmbeddings,
 			`{"model":"text-embedding-3-small","input":["The food was delicious","and the waiter"]}`,
@@ -83,13 +93,13 @@ func TestFormats(t *testing.T) {
 			`{"model":"gpt-4.1","instructions":"Be brief.","input":"Tell me a joke"}`, n(t, m, "Be brief.") + n(t, m, "Tell me a joke")},
 		{"responses, input items", tokens.FormatResponses,
 			`{"model":"gpt-4.1","input":[{"role":"user","content":[{"type":"input_text","text":"What is in this image?"},{"type":"input_image","image_url":"https://x/y.png"}]}]}`,
-			3 + n(t, m, "user") + n(t, m, "What is in this image?") + 85},
+			3 + n(t, m, "user") + n(t, m, "What is in this image?") + 765},
 		{"anthropic, claude: heuristic", tokens.FormatMessages,
 			`{"model":"claude-sonnet-4","system":"You are terse.","messages":[{"role":"user","content":"Hello, Claude"},{"role":"assistant","content":[{"type":"text","text":"Hi!"}]}]}`,
-			4 + 4 + 1}, // ceil(14/3.5) + ceil(13/3.5) + ceil(3/3.5)
+			other(t, "You are terse.") + other(t, "user") + other(t, "Hello, Claude") + other(t, "assistant") + other(t, "Hi!")},
 		{"anthropic, system blocks", tokens.FormatMessages,
 			`{"model":"gpt-4o","system":[{"type":"text","text":"Rules."}],"messages":[{"role":"user","content":"go"}]}`,
-			n(t, m, "Rules.") + n(t, m, "go")},
+			n(t, m, "Rules.") + n(t, m, "user") + n(t, m, "go")},
 		{"seed /api/chat JSON", tokens.FormatSeedChat,
 			`{"message":"Analizza questo contratto","system":"You are a legal assistant"}`,
 			n(t, m, "Analizza questo contratto") + n(t, m, "You are a legal assistant")}, // +50 is multipart's
@@ -131,13 +141,13 @@ func TestMultipart(t *testing.T) {
 	const m = "gpt-4o"
 	var pngBuf bytes.Buffer
 	png.Encode(&pngBuf, image.NewGray(image.Rect(0, 0, 512, 512)))
-	body, ct := multipartBody(t, map[string]string{"message": "Summarise this", "system": "Be exact", "other": "not read"},
+	body, ct := multipartBody(t, map[string]string{"message": "Summarise this", "system": "Be exact", "other": "counted too", "model": "gpt-4o"},
 		[3]string{"notes.txt", "text/plain", "The contract ends in May."},
-		[3]string{"scan.pdf", "application/pdf", strings.Repeat("%PDF binary\x00", 1000)},
+		[3]string{"archive.zip", "application/zip", strings.Repeat("PK binary\x00\x01", 1000)},
 		[3]string{"photo.png", "image/png", pngBuf.String()},
 	)
-	want := n(t, m, "Summarise this") + n(t, m, "Be exact") + n(t, m, "The contract ends in May.") +
-		(12000*3+34)/35 + // 12000 bytes of PDF by the size heuristic
+	want := n(t, m, "Summarise this") + n(t, m, "Be exact") + n(t, m, "counted too") + n(t, m, "The contract ends in May.") +
+		(11000*3+34)/35 + // 11000 bytes of an archive by the size heuristic
 		85 + 170 + // a 512×512 image: one tile
 		tokens.SeedOverhead
 	if got := estimate(t, tokens.FormatSeedChat, ct, body, -1); got.Tokens != want {
@@ -180,7 +190,7 @@ func TestLenientContentTypes(t *testing.T) {
 	if got := estimate(t, tokens.FormatSeedChat, "application/x-www-form-urlencoded", `{"message":"hi"}`, -1); got.Tokens != n(t, m, "hi") {
 		t.Fatalf("curl -d JSON: %+v", got)
 	}
-	if got := estimate(t, tokens.FormatSeedChat, "application/x-www-form-urlencoded", `message=hello+world&system=x&foo=bar`, -1); got.Tokens != n(t, m, "hello world")+n(t, m, "x") {
+	if got := estimate(t, tokens.FormatSeedChat, "application/x-www-form-urlencoded", `message=hello+world&system=x&foo=bar&model=gpt-4o`, -1); got.Tokens != n(t, m, "hello world")+n(t, m, "x")+n(t, m, "bar") {
 		t.Fatalf("form: %+v", got)
 	}
 	if got := estimate(t, tokens.FormatGeneric, "text/plain", "just some text", -1); got.Tokens != n(t, m, "just some text") {

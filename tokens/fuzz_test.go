@@ -18,6 +18,10 @@ func FuzzEstimateJSON(f *testing.F) {
 		`{"model":"claude-3","system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AAAA"}}]}]}`,
 		`{"prompt":[[1,2],[3]],"input":["a",{"role":"user","content":"b"}]}`,
 		`{"a":"\ud83d\ude00\u0000\ud800","b":[1e5,-0.5,true,false,null]}`,
+		`{"model":"claude-3","messages":[{"role":"user","content":[{"type":"document","title":"t","source":{"type":"base64","media_type":"application/pdf","data":"JVBERi0xLjQK"}},{"type":"document","source":{"type":"text","data":"x"}}]}]}`,
+		`{"messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQAAAAA=","format":"wav"}},{"type":"file","file":{"file_data":"data:text/plain;base64,aGk=","filename":"a.txt"}}]}],"MODEL":"gpt-4o"}`,
+		`{"input":[{"type":"input_file","file_data":"data:application/pdf;base64,JVBERi0=","filename":"a.pdf"},{"type":"reasoning","summary":[{"type":"summary_text","text":"s"}]}],"text":{"format":{"type":"json_schema","schema":{"a":"b"}}}}`,
+		`{"model":"a","model":"b"}`, `[{"prompt":"a"},{"prompt":"b"}]`, "{\"prompt\":\"\xe2\x82\"}",
 		`[]`, `{}`, `{"x":`, ``,
 	} {
 		f.Add(s, 5)

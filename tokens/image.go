@@ -2,7 +2,6 @@ package tokens
 
 import (
 	"bytes"
-	"encoding/base64"
 	"image"
 	"image/gif"
 	"image/jpeg"
@@ -23,93 +22,6 @@ type imageRef struct {
 	detail  string
 	width   int
 	height  int
-}
-
-// imageURL reads an OpenAI image_url: a URL string, or {"url","detail"}.
-func (w *walker) imageURL(img *imageRef) error {
-	img.present = true
-	k, err := w.j.kind()
-	if err != nil {
-		return err
-	}
-	switch k {
-	case '"':
-		return w.imageData(img, "")
-	case '{':
-		return w.j.object(func(key []byte) error {
-			switch string(key) {
-			case "url":
-				return w.imageData(img, "")
-			case "detail":
-				s, err := w.stringOrSkip()
-				img.detail = s
-				return err
-			}
-			return w.j.skip()
-		})
-	}
-	return w.j.skip()
-}
-
-// imageSource reads an Anthropic image source: {"type":"base64",
-// "media_type","data"} or {"type":"url","url"}.
-func (w *walker) imageSource(img *imageRef) error {
-	img.present = true
-	if ok, err := w.is('{'); !ok {
-		return err
-	}
-	mediaType := ""
-	return w.j.object(func(key []byte) error {
-		switch string(key) {
-		case "media_type":
-			s, err := w.stringOrSkip()
-			mediaType = s
-			return err
-		case "data":
-			return w.imageData(img, mediaType)
-		}
-		return w.j.skip()
-	})
-}
-
-// imageData reads a string holding a data URL (or, with mediaType, bare
-// base64) and records the image's dimensions when its header decodes.
-func (w *walker) imageData(img *imageRef, mediaType string) error {
-	if ok, err := w.is('"'); !ok {
-		return err
-	}
-	var head []byte
-	err := w.j.str(func(p []byte) error {
-		if room := imageHead - len(head); room > 0 {
-			head = append(head, p[:min(room, len(p))]...)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	data := string(head)
-	if mediaType == "" {
-		// data:image/png;base64,....
-		meta, rest, ok := strings.Cut(data, ",")
-		if !ok || !strings.HasPrefix(meta, "data:") || !strings.HasSuffix(meta, ";base64") {
-			return nil // a remote URL: dimensions unknown
-		}
-		mediaType, data = strings.TrimSuffix(strings.TrimPrefix(meta, "data:"), ";base64"), rest
-	}
-	img.width, img.height = imageSize(mediaType, data)
-	return nil
-}
-
-// imageSize decodes the dimensions from the start of base64 image data;
-// zero when they cannot be read.
-func imageSize(mediaType, b64 string) (int, int) {
-	b64 = strings.TrimRight(b64[:len(b64)/4*4], "=")
-	raw, err := base64.RawStdEncoding.DecodeString(b64)
-	if err != nil {
-		return 0, 0
-	}
-	return imageSizeRaw(mediaType, raw)
 }
 
 // imageSizeRaw reads the dimensions from the start of a PNG, JPEG or GIF.
@@ -134,7 +46,8 @@ func imageSizeRaw(mediaType string, raw []byte) (int, int) {
 }
 
 // openAITokens is OpenAI's published vision cost for tile-based models:
-// low detail, or unknown dimensions, cost the base; otherwise the image is
+// low detail costs the base; an image whose size is unknown (a remote URL,
+// a format not read here) costs a 2048×2048 one; otherwise the image is
 // fitted in 2048×2048, its short side brought down to 768, and each 512 px
 // tile costs the tile price on top of the base. "auto" is counted as high,
 // the upper bound.
@@ -149,10 +62,13 @@ func (img imageRef) openAITokens(model string) int {
 	case strings.HasPrefix(m, "o1") || strings.HasPrefix(m, "o3"):
 		base, tile = 75, 150
 	}
-	if img.detail == "low" || img.width <= 0 || img.height <= 0 {
+	if img.detail == "low" {
 		return base
 	}
 	w, h := float64(img.width), float64(img.height)
+	if img.width <= 0 || img.height <= 0 {
+		w, h = 2048, 2048 // a size the proxy cannot read: the largest an image is sent at
+	}
 	if long := math.Max(w, h); long > 2048 {
 		w, h = math.Floor(w*2048/long), math.Floor(h*2048/long)
 	}

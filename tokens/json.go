@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -25,8 +26,20 @@ type jsonReader struct {
 	capture    []byte
 	capturing  bool
 	captureMax int
-	overflow   bool       // the captured value outgrew captureMax: capture holds its start
-	strBuf     [4096]byte // str's output buffer; str is never re-entered
+	overflow   bool // the captured value outgrew captureMax: capture holds its start
+	// tee, when set while capturing, is handed the captured bytes in
+	// pieces of about teeFlush bytes, and capture is emptied after each.
+	tee    func([]byte) error
+	strBuf [4096]byte // str's output buffer; str is never re-entered
+	// fullKeys makes object hand field the whole member name (in keyAcc),
+	// not only its first 256 bytes: schemas, whose member names the model
+	// reads, are counted name and all.
+	fullKeys bool
+	keyAcc   []byte
+	// u8 holds the start of a UTF-8 sequence cut at the end of a run of
+	// plain string bytes, to be completed by the next run.
+	u8  [utf8.UTFMax]byte
+	u8n int
 }
 
 const maxDepth = 256
@@ -50,6 +63,7 @@ func newJSONReader(r io.Reader) *jsonReader {
 	j := readers.Get().(*jsonReader)
 	j.r.Reset(r)
 	j.off, j.depth, j.capture, j.capturing, j.captureMax, j.overflow = 0, 0, j.capture[:0], false, 0, false
+	j.fullKeys, j.keyAcc, j.u8n, j.tee = false, j.keyAcc[:0], 0, nil
 	return j
 }
 
@@ -58,6 +72,9 @@ func (j *jsonReader) free() {
 	j.r.Reset(nil)
 	if cap(j.capture) > 64<<10 {
 		j.capture = nil // do not keep a large captured tools array alive
+	}
+	if cap(j.keyAcc) > 64<<10 {
+		j.keyAcc = nil
 	}
 	readers.Put(j)
 }
@@ -80,6 +97,11 @@ func (j *jsonReader) readByte() (byte, error) {
 			j.capture = append(j.capture, c)
 		} else {
 			j.overflow = true
+		}
+		if j.tee != nil && len(j.capture) >= teeFlush {
+			if err := j.flushTee(); err != nil {
+				return 0, err
+			}
 		}
 	}
 	return c, nil
@@ -143,12 +165,23 @@ func (j *jsonReader) object(field func(key []byte) error) error {
 	var keyBuf [64]byte
 	return j.container('{', '}', func(int) error {
 		key := keyBuf[:0]
-		if err := j.str(func(p []byte) error {
-			if len(key)+len(p) <= 256 { // longer keys are no key we look for
-				key = append(key, p...)
-			}
-			return nil
-		}); err != nil {
+		var err error
+		if j.fullKeys {
+			j.keyAcc = j.keyAcc[:0]
+			err = j.str(func(p []byte) error {
+				j.keyAcc = append(j.keyAcc, p...)
+				return nil
+			})
+			key = j.keyAcc
+		} else {
+			err = j.str(func(p []byte) error {
+				if len(key)+len(p) <= 256 { // longer keys are no key we look for
+					key = append(key, p...)
+				}
+				return nil
+			})
+		}
+		if err != nil {
 			return err
 		}
 		if err := j.expect(':'); err != nil {
@@ -214,6 +247,7 @@ func (j *jsonReader) str(sink func([]byte) error) error {
 	if err := j.expect('"'); err != nil {
 		return err
 	}
+	j.u8n = 0
 	buf := j.strBuf[:]
 	out := buf[:0]
 	flush := func() error {
@@ -236,8 +270,15 @@ func (j *jsonReader) str(sink func([]byte) error) error {
 		}
 		chunk, _ := j.r.Peek(j.r.Buffered())
 		plain := 0
+		var high byte
 		for plain < len(chunk) && chunk[plain] != '"' && chunk[plain] != '\\' && chunk[plain] >= 0x20 {
+			high |= chunk[plain]
 			plain++
+		}
+		if high >= utf8.RuneSelf || j.u8n > 0 && plain > 0 {
+			if err := j.checkUTF8(chunk[:plain]); err != nil {
+				return err
+			}
 		}
 		for done := 0; done < plain; {
 			if len(out) == len(buf) {
@@ -259,6 +300,9 @@ func (j *jsonReader) str(sink func([]byte) error) error {
 			if err := flush(); err != nil {
 				return err
 			}
+		}
+		if j.u8n > 0 {
+			return j.fail("invalid UTF-8 in string")
 		}
 		c, err := j.readByte()
 		if err != nil {
@@ -302,6 +346,57 @@ func (j *jsonReader) str(sink func([]byte) error) error {
 	}
 }
 
+// checkUTF8 validates a run of plain string bytes as UTF-8, carrying a
+// sequence cut at the run's end over to the next run (in j.u8). Bodies
+// must be UTF-8 (RFC 8259 §8.1): an upstream decoding them otherwise could
+// read text this reader never saw.
+func (j *jsonReader) checkUTF8(p []byte) error {
+	if j.u8n > 0 {
+		need := seqLen(j.u8[0]) - j.u8n
+		take := min(need, len(p))
+		copy(j.u8[j.u8n:], p[:take])
+		j.u8n += take
+		p = p[take:]
+		if take < need {
+			return nil // still cut: the next run completes it
+		}
+		if !utf8.Valid(j.u8[:j.u8n]) {
+			return j.fail("invalid UTF-8 in string")
+		}
+		j.u8n = 0
+	}
+	tail := 0
+	for i := len(p) - 1; i >= 0 && i >= len(p)-utf8.UTFMax+1; i-- {
+		if c := p[i]; c >= 0xC0 { // the last sequence's first byte
+			if seqLen(c) > len(p)-i {
+				tail = len(p) - i
+			}
+			break
+		} else if c < 0x80 {
+			break
+		}
+	}
+	if !utf8.Valid(p[:len(p)-tail]) {
+		return j.fail("invalid UTF-8 in string")
+	}
+	j.u8n = copy(j.u8[:], p[len(p)-tail:])
+	return nil
+}
+
+// seqLen is the length of the UTF-8 sequence that c starts (1 for a byte
+// that starts none: utf8.Valid rejects it).
+func seqLen(c byte) int {
+	switch {
+	case c >= 0xC2 && c < 0xE0:
+		return 2
+	case c >= 0xE0 && c < 0xF0:
+		return 3
+	case c >= 0xF0 && c < 0xF5:
+		return 4
+	}
+	return 1
+}
+
 // consume takes n bytes already in the read buffer.
 func (j *jsonReader) consume(n int) error {
 	if n == 0 {
@@ -317,7 +412,35 @@ func (j *jsonReader) consume(n int) error {
 	}
 	j.r.Discard(n)
 	j.off += int64(n)
+	if j.tee != nil && len(j.capture) >= teeFlush {
+		return j.flushTee()
+	}
 	return nil
+}
+
+// teeFlush is how many captured bytes a tee is handed at a time.
+const teeFlush = 16 << 10
+
+func (j *jsonReader) flushTee() error {
+	err := j.tee(j.capture)
+	j.capture = j.capture[:0]
+	return err
+}
+
+// teeValue consumes one value, handing its raw JSON text to sink in pieces
+// as it goes: memory stays bounded whatever the value's size.
+func (j *jsonReader) teeValue(sink func([]byte) error) error {
+	if _, err := j.peek(); err != nil {
+		return err
+	}
+	j.capture, j.capturing, j.captureMax, j.overflow, j.tee = j.capture[:0], true, math.MaxInt, false, sink
+	err := j.skip()
+	j.capturing, j.tee = false, nil
+	if err == nil && len(j.capture) > 0 {
+		err = sink(j.capture)
+	}
+	j.capture = j.capture[:0]
+	return err
 }
 
 func (j *jsonReader) hex4() (rune, error) {

@@ -33,18 +33,26 @@ func (m *meter) budget() int {
 	return max(m.limit-m.total, 0)
 }
 
-// text takes the next piece of the current value.
+// text takes the next piece of the current value. Whole chunks are
+// counted as soon as they are there, straight from p when nothing is
+// pending, so a large piece costs no copy and stops at the cap.
 func (m *meter) text(p []byte) error {
-	m.pending = append(m.pending, p...)
-	if len(m.pending) < 2*chunkBytes {
-		return nil
+	src := p
+	if len(m.pending) > 0 {
+		m.pending = append(m.pending, p...)
+		src = m.pending
 	}
-	cut := safeCut(m.pending, chunkBytes)
-	m.total += m.c.countBytes(m.pending[:cut], m.budget())
-	m.pending = append(m.pending[:0], m.pending[cut:]...)
-	if m.over() {
-		return errStop
+	off := 0
+	for len(src)-off >= 2*chunkBytes {
+		cut := safeCut(src[off:], chunkBytes)
+		m.total += m.c.countBytes(src[off:off+cut], m.budget())
+		off += cut
+		if m.over() {
+			m.pending = m.pending[:0]
+			return errStop
+		}
 	}
+	m.pending = append(m.pending[:0], src[off:]...)
 	return nil
 }
 

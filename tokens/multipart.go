@@ -9,11 +9,21 @@ import (
 	"net/url"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/audio"
 )
 
-// textFields are the form fields whose text the model reads (the seed's
-// /api/chat form, and the OpenAI-style names for other routes).
-var textFields = map[string]bool{"message": true, "system": true, "prompt": true, "input": true, "instructions": true}
+// formParams are the form fields that are parameters, not text: every
+// other field of a form is text the model may read, and counts.
+var formParams = map[string]bool{"model": true, "stream": true, "temperature": true, "top_p": true, "top_k": true,
+	"max_tokens": true, "max_completion_tokens": true, "max_output_tokens": true, "n": true, "seed": true, "user": true,
+	"frequency_penalty": true, "presence_penalty": true}
+
+// isTextField reports whether a form field's value counts.
+func isTextField(name string) bool {
+	var buf [64]byte
+	return !formParams[string(fold([]byte(name), buf[:0]))]
+}
 
 func newMultipart(r io.Reader, boundary string) (*multipart.Reader, error) {
 	if boundary == "" {
@@ -50,7 +60,8 @@ func multipartModel(r io.Reader, boundary string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if p.FileName() == "" && p.FormName() == "model" {
+		var buf [16]byte
+		if p.FileName() == "" && string(fold([]byte(p.FormName()), buf[:0])) == "model" {
 			b, err := io.ReadAll(io.LimitReader(p, 256))
 			if err != nil {
 				return "", &InvalidError{msg: "invalid multipart body: truncated part"}
@@ -61,15 +72,16 @@ func multipartModel(r io.Reader, boundary string) (string, error) {
 }
 
 // countMultipart counts a multipart form: its text fields, and its files:
-// text files by their content, PNG/JPEG/GIF images by the vision formula,
-// other files (PDFs, documents, binaries) by the size heuristic.
-func countMultipart(r io.Reader, boundary, model string, m *meter) error {
+// text files by their content, images by the vision formula, PDFs by their
+// text and pages, audio by its duration, other files (documents,
+// archives, binaries) by the size rule.
+func countMultipart(r io.Reader, boundary string, p pricing, m *meter) error {
 	mr, err := newMultipart(r, boundary)
 	if err != nil {
 		return err
 	}
 	for {
-		p, err := nextPart(mr)
+		part, err := nextPart(mr)
 		if err == io.EOF {
 			return nil
 		}
@@ -77,10 +89,10 @@ func countMultipart(r io.Reader, boundary, model string, m *meter) error {
 			return err
 		}
 		switch {
-		case p.FileName() != "":
-			err = countFile(p, model, m)
-		case textFields[p.FormName()]:
-			err = countText(p, m)
+		case part.FileName() != "":
+			err = countFile(part, p, m)
+		case isTextField(part.FormName()):
+			err = countText(part, m)
 		}
 		if err != nil {
 			if errors.Is(err, errStop) {
@@ -101,37 +113,50 @@ func countMultipart(r io.Reader, boundary, model string, m *meter) error {
 // one token per 35/3 ≈ 11.7 bytes.
 func unreadableTokens(n int64) int { return int((n*3 + 34) / 35) }
 
-func countFile(p *multipart.Part, model string, m *meter) error {
+func countFile(part *multipart.Part, p pricing, m *meter) error {
 	var head [512]byte
-	n, err := io.ReadFull(p, head[:])
+	n, err := io.ReadFull(part, head[:])
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return err
 	}
-	mediaType, _, _ := mime.ParseMediaType(p.Header.Get("Content-Type"))
-	switch fileKind(mediaType, head[:n]) {
+	mediaType, _, _ := mime.ParseMediaType(part.Header.Get("Content-Type"))
+	fi := fileInfo{mediaType: mediaType}
+	switch kind := fileKind(mediaType, head[:n]); kind {
 	case "text":
 		if err := m.text(head[:n]); err != nil {
 			return err
 		}
-		return countText(p, m)
+		return countText(part, m)
 	case "image":
 		data := append([]byte(nil), head[:n]...)
-		more, err := io.ReadAll(io.LimitReader(p, imageHead-int64(n)))
+		more, err := io.ReadAll(io.LimitReader(part, imageHead-int64(n)))
 		if err != nil {
 			return err
 		}
-		data = append(data, more...)
-		if _, err := io.Copy(io.Discard, p); err != nil {
+		if _, err := io.Copy(io.Discard, part); err != nil {
 			return err
 		}
-		img := imageRef{present: true}
-		img.width, img.height = rawImageSize(data)
-		return m.add(img.openAITokens(model))
+		return m.costFile(kind, append(data, more...), fi, p)
+	case "pdf":
+		// A PDF is read at random: it is held whole (the file cap bounds it).
+		data := append([]byte(nil), head[:n]...)
+		rest, err := io.ReadAll(io.LimitReader(part, maxBlob))
+		if err != nil {
+			return err
+		}
+		return m.costFile(kind, append(data, rest...), fi, p)
+	case "audio":
+		a := audio.NewMeter(mediaType)
+		a.Write(head[:n])
+		if _, err := io.Copy(a, part); err != nil {
+			return err
+		}
+		return m.add(audio.Tokens(a.Duration()))
 	}
 	total := int64(n)
 	var buf [32 << 10]byte
 	for {
-		k, err := p.Read(buf[:])
+		k, err := part.Read(buf[:])
 		total += int64(k)
 		if errors.Is(err, io.EOF) {
 			return m.add(unreadableTokens(total))
@@ -145,16 +170,23 @@ func countFile(p *multipart.Part, model string, m *meter) error {
 	}
 }
 
-// fileKind classifies a file part by its declared type, else its first
-// bytes: "text", "image" or "binary".
+// fileKind classifies a file by its declared type, else its first bytes:
+// "text", "image", "pdf", "audio" or "binary".
 func fileKind(mediaType string, head []byte) string {
 	switch {
 	case strings.HasPrefix(mediaType, "text/"), mediaType == "application/json", strings.HasSuffix(mediaType, "+json"),
 		mediaType == "application/xml", strings.HasSuffix(mediaType, "+xml"), mediaType == "application/x-yaml",
 		mediaType == "application/yaml", mediaType == "application/javascript", mediaType == "application/x-ndjson":
 		return "text"
-	case bytes.HasPrefix(head, []byte("\x89PNG")), bytes.HasPrefix(head, []byte("\xff\xd8\xff")), bytes.HasPrefix(head, []byte("GIF8")):
+	case mediaType == "application/pdf", bytes.HasPrefix(head, []byte("%PDF-")):
+		return "pdf"
+	case strings.HasPrefix(mediaType, "image/"), bytes.HasPrefix(head, []byte("\x89PNG")), bytes.HasPrefix(head, []byte("\xff\xd8\xff")),
+		bytes.HasPrefix(head, []byte("GIF8")), len(head) >= 12 && string(head[:4]) == "RIFF" && string(head[8:12]) == "WEBP":
 		return "image"
+	case strings.HasPrefix(mediaType, "audio/"), len(head) >= 12 && string(head[:4]) == "RIFF" && string(head[8:12]) == "WAVE",
+		bytes.HasPrefix(head, []byte("ID3")), bytes.HasPrefix(head, []byte("OggS")), bytes.HasPrefix(head, []byte("fLaC")),
+		len(head) >= 2 && head[0] == 0xFF && head[1]&0xE0 == 0xE0 && mediaType == "":
+		return "audio"
 	case mediaType == "" || mediaType == "application/octet-stream":
 		if looksLikeText(head) {
 			return "text"
@@ -199,7 +231,7 @@ func countForm(r io.Reader, size int64, m *meter) error {
 		}
 		if vals, err := url.ParseQuery(string(b)); err == nil {
 			for k, vs := range vals {
-				if !textFields[k] {
+				if !isTextField(k) {
 					continue
 				}
 				for _, v := range vs {

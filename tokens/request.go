@@ -79,6 +79,9 @@ func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
 	}
 	open := func() io.Reader { return io.NewSectionReader(req.Body, 0, req.Size) }
 	kind := t.bodyKind(mediaType, open())
+	if kind == bodyNotUTF8 {
+		return Estimate{}, invalid(&InvalidError{msg: "a JSON body must be UTF-8 without a byte order mark"})
+	}
 
 	model := req.Model
 	if model == "" {
@@ -98,10 +101,8 @@ func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
 		}
 	}
 	c := t.counterFor(model)
-	if e, ok := c.(*Encoding); ok {
-		if err := e.load(); err != nil {
-			return Estimate{}, err
-		}
+	if err := load(c); err != nil {
+		return Estimate{}, err
 	}
 	m := &meter{c: c, limit: limit}
 	var err error
@@ -109,7 +110,7 @@ func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
 	case bodyJSON:
 		err = countJSON(open(), req.Format, model, m)
 	case bodyMultipart:
-		err = countMultipart(open(), params["boundary"], model, m)
+		err = countMultipart(open(), params["boundary"], pricing{model: model, anthropic: req.Format == FormatMessages}, m)
 	case bodyForm:
 		err = countForm(open(), req.Size, m)
 	default:
@@ -147,6 +148,7 @@ const (
 	bodyJSON
 	bodyMultipart
 	bodyForm
+	bodyNotUTF8 // JSON behind a byte order mark, or in UTF-16 or UTF-32
 )
 
 // bodyKind decides how to read a body: by its media type, and for the
@@ -161,6 +163,9 @@ func (t *Tokenizer) bodyKind(mediaType string, body io.Reader) bodyKind {
 	}
 	var head [64]byte
 	n, _ := io.ReadFull(body, head[:])
+	if jsonInOtherEncoding(head[:n]) {
+		return bodyNotUTF8
+	}
 	if c := bytes.TrimLeft(head[:n], " \t\r\n"); len(c) > 0 && c[0] == '{' {
 		return bodyJSON
 	}
@@ -187,6 +192,29 @@ func countText(r io.Reader, m *meter) error {
 			return err
 		}
 	}
+}
+
+// jsonInOtherEncoding reports whether a body starts like JSON behind a
+// byte order mark, or like JSON in UTF-16 or UTF-32, which lenient
+// upstreams (Python's json.loads on bytes) decode: the counter reads UTF-8
+// only, so such a body is refused rather than misread.
+func jsonInOtherEncoding(head []byte) bool {
+	rest, bom := bytes.CutPrefix(head, []byte("\xef\xbb\xbf"))
+	for _, m := range [][]byte{[]byte("\xfe\xff"), []byte("\xff\xfe")} {
+		if r, ok := bytes.CutPrefix(head, m); ok {
+			rest, bom = r, true
+		}
+	}
+	// Strip NULs and white space: UTF-16 and UTF-32 pad ASCII with NULs.
+	nul := false
+	for len(rest) > 0 && (rest[0] == 0 || rest[0] == ' ' || rest[0] == '\t' || rest[0] == '\r' || rest[0] == '\n') {
+		nul = nul || rest[0] == 0
+		rest = rest[1:]
+	}
+	if len(rest) == 0 || rest[0] != '{' && rest[0] != '[' {
+		return false
+	}
+	return bom || nul || len(rest) > 1 && rest[1] == 0
 }
 
 func isJSONType(mediaType string) bool {

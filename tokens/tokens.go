@@ -16,12 +16,14 @@ import (
 // for concurrent use; make one per process.
 type Tokenizer struct {
 	o200k, cl100k *Encoding
+	other         otherProvider
 }
 
 // New returns a Tokenizer. Nothing is loaded until the first count; call
 // Preload to pay the loading (~0.1 s per encoding) at start instead.
 func New() *Tokenizer {
-	return &Tokenizer{o200k: newEncoding(O200KBase), cl100k: newEncoding(CL100KBase)}
+	cl := newEncoding(CL100KBase)
+	return &Tokenizer{o200k: newEncoding(O200KBase), cl100k: cl, other: otherProvider{cl}}
 }
 
 // Preload loads both encodings now.
@@ -29,8 +31,13 @@ func (t *Tokenizer) Preload() error {
 	return errors.Join(t.o200k.load(), t.cl100k.load())
 }
 
-// Heuristic names the estimate used for models of other providers.
-const Heuristic = "chars/3.5"
+// Heuristic names the estimate used for models of other providers, whose
+// tokenizers are not public: cl100k_base's count, never below the seed's
+// ⌈characters ÷ 3.5⌉ (SPEC §4.4). Neither alone is safe: the heuristic
+// prices 6,900 emoji at ~1,970 tokens where a byte-level BPE spends
+// 13,000 or more, and a BPE prices long runs of repeated letters at far
+// fewer tokens than a model of another family may.
+const Heuristic = "max(cl100k_base,chars/3.5)"
 
 // counter counts one text value with early stop (see Encoding.Count).
 type counter interface {
@@ -55,7 +62,7 @@ func (t *Tokenizer) counterFor(model string) counter {
 	m := strings.ToLower(strings.TrimSpace(model))
 	if i := strings.LastIndexByte(m, '/'); i >= 0 { // "openai/gpt-4o", "anthropic/claude-3"
 		if strings.HasPrefix(m, "anthropic/") {
-			return heuristic{}
+			return t.other
 		}
 		m = m[i+1:]
 	}
@@ -69,7 +76,7 @@ func (t *Tokenizer) counterFor(model string) counter {
 	}
 	for _, p := range otherProviders {
 		if strings.HasPrefix(m, p) {
-			return heuristic{}
+			return t.other
 		}
 	}
 	return t.o200k
@@ -79,10 +86,8 @@ func (t *Tokenizer) counterFor(model string) counter {
 // (negative: no limit).
 func (t *Tokenizer) Count(model, text string, limit int) (int, error) {
 	c := t.counterFor(model)
-	if e, ok := c.(*Encoding); ok {
-		if err := e.load(); err != nil {
-			return 0, err
-		}
+	if err := load(c); err != nil {
+		return 0, err
 	}
 	return c.countBytes(bytesOf(text), limit), nil
 }
@@ -90,36 +95,26 @@ func (t *Tokenizer) Count(model, text string, limit int) (int, error) {
 // bytesOf views s as bytes without copying; the bytes are only read.
 func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
-// heuristic estimates tokens of models whose tokenizer is not public:
-// 3.5 characters per token (Anthropic's published rule of thumb for
-// English, and the seed's estimate), except that ideographs, kana and
-// hangul count a token each, since every BPE vocabulary spends at least
-// that on them.
-type heuristic struct{}
-
-func (heuristic) Name() string { return Heuristic }
-
-func (heuristic) countBytes(text []byte, limit int) int {
-	var chars, wide int
-	for len(text) > 0 {
-		r, size := utf8.DecodeRune(text)
-		text = text[size:]
-		if isWide(r) {
-			wide++
-		} else {
-			chars++
-		}
-		if limit >= 0 && wide+chars*2/7 > limit {
-			break
-		}
+// load loads the encoding a counter uses.
+func load(c counter) error {
+	switch c := c.(type) {
+	case *Encoding:
+		return c.load()
+	case otherProvider:
+		return c.cl100k.load()
 	}
-	return wide + (chars*2+6)/7 // ceil(chars/3.5)
+	return nil
 }
 
-func isWide(r rune) bool {
-	return r >= 0x1100 && (r <= 0x11FF || // hangul jamo
-		r >= 0x2E80 && r <= 0x9FFF || // CJK radicals … unified ideographs, kana
-		r >= 0xAC00 && r <= 0xD7AF || // hangul syllables
-		r >= 0xF900 && r <= 0xFAFF || // CJK compatibility ideographs
-		r >= 0x20000 && r <= 0x3FFFF) // CJK extensions
+// otherProvider counts for models of other providers (see Heuristic).
+type otherProvider struct{ cl100k *Encoding }
+
+func (otherProvider) Name() string { return Heuristic }
+
+func (o otherProvider) countBytes(text []byte, limit int) int {
+	h := (utf8.RuneCount(text)*2 + 6) / 7 // ⌈characters ÷ 3.5⌉
+	if limit >= 0 && h > limit {
+		return h
+	}
+	return max(h, o.cl100k.countBytes(text, limit))
 }

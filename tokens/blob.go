@@ -1,0 +1,466 @@
+package tokens
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"mime"
+	"net/url"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/audio"
+	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/pdf"
+)
+
+// What cannot be read as text is costed, never skipped (SPEC §4.6): images
+// by their size, PDFs by their text and pages, audio by its duration, any
+// other file by the size rule. In JSON these arrive as strings — data URLs,
+// bare base64, plain text — whose meaning may only be known once the
+// members beside them have been read, so a blob is kept (within maxBlob)
+// until its object is done.
+
+// blobHint is what a member says its data is.
+type blobHint uint8
+
+const (
+	blobFile  blobHint = iota // a file of any kind: its type or its bytes decide
+	blobImage                 // an image, whatever its bytes
+	blobAudio                 // audio, whatever its bytes
+)
+
+// maxBlob bounds the bytes of one blob kept: the body cap bounds them
+// already; past this the rest is costed by the size rule.
+const maxBlob = 64 << 20
+
+// blob is one data string as read.
+type blob struct {
+	hint  blobHint
+	raw   []byte // the string's first maxBlob bytes
+	size  int64  // the string's length in bytes
+	costd bool
+}
+
+// partState is what a part's members say about the images and files it
+// carries, gathered until the part ends.
+type partState struct {
+	typ, mediaType, detail, format, filename string
+	image                                    *blob // an image_url's data URL, URL or base64
+	imageSeen                                bool  // an image is referred to (image_url, a source, a file id)
+	imageCosted                              bool  // its cost is added already (an Anthropic source)
+	files                                    []*blob
+}
+
+// readBlob reads a string value as a blob.
+func (w *walker) readBlob(hint blobHint) (*blob, error) {
+	b := &blob{hint: hint}
+	err := w.j.str(func(p []byte) error {
+		if room := maxBlob - len(b.raw); room > 0 {
+			b.raw = append(b.raw, p[:min(room, len(p))]...)
+		}
+		b.size += int64(len(p))
+		return nil
+	})
+	return b, err
+}
+
+// imageURL reads an OpenAI image_url: a URL string, or {"url","detail"}.
+func (w *walker) imageURL(ps *partState) error {
+	ps.imageSeen = true
+	k, err := w.j.kind()
+	if err != nil {
+		return err
+	}
+	switch k {
+	case '"':
+		ps.image, err = w.readBlob(blobImage)
+		return err
+	case '{':
+		return w.j.object(func(key []byte) error {
+			switch w.fold(key) {
+			case "url":
+				if ok, err := w.is('"'); !ok {
+					return err
+				}
+				ps.image, err = w.readBlob(blobImage)
+				return err
+			case "detail":
+				if ok, err := w.is('"'); !ok {
+					return err
+				}
+				ps.detail, err = w.j.stringValue(16)
+				return err
+			}
+			return w.content()
+		})
+	}
+	return w.content()
+}
+
+// is reports whether the next value is of kind k (see jsonReader.kind); a
+// value of another kind is counted as content, and ok is false.
+func (w *walker) is(k byte) (ok bool, err error) {
+	got, err := w.j.kind()
+	if err != nil {
+		return false, err
+	}
+	if got != k {
+		return false, w.content()
+	}
+	return true, nil
+}
+
+// source reads an Anthropic source: {"type":"base64"|"text"|"url"|
+// "content"|"file", "media_type", "data", "url", "content", "file_id"} of
+// an image or document block, or a search result's source string.
+func (w *walker) source(ps *partState) error {
+	if ok, err := w.is('{'); !ok {
+		return err
+	}
+	var st partState
+	var data *blob
+	remote := false
+	err := w.j.object(func(key []byte) error {
+		k, err := w.j.kind()
+		if err != nil {
+			return err
+		}
+		switch name := w.fold(key); {
+		case name == "type" && k == '"':
+			st.typ, err = w.j.stringValue(64)
+			return err
+		case name == "media_type" && k == '"':
+			st.mediaType, err = w.j.stringValue(128)
+			return err
+		case name == "data" && k == '"' && (st.typ == "text" || st.typ == "" && strings.HasPrefix(st.mediaType, "text/")):
+			return w.str() // plain text, known as such: counted as it streams
+		case name == "data" && k == '"':
+			data, err = w.readBlob(blobFile)
+			return err
+		case (name == "url" || name == "file_id") && k == '"':
+			remote = true
+			return w.j.skip()
+		}
+		return w.content()
+	})
+	if err != nil {
+		return err
+	}
+	image := ps.typ == "image" || strings.HasPrefix(st.mediaType, "image/")
+	switch {
+	case data != nil && st.typ == "text":
+		return w.m.valueBytes(data.raw)
+	case data != nil:
+		if image {
+			data.hint = blobImage
+		}
+		ps.imageCosted = image
+		return w.costBlob(data, st.mediaType, "", ps.detail, "")
+	case remote && image:
+		ps.imageCosted = true
+		return w.m.add(w.imageTokens(imageRef{present: true, detail: ps.detail}))
+	}
+	return nil
+}
+
+// file reads an OpenAI chat file part: {"file_data","filename","file_id"}.
+func (w *walker) file(ps *partState) error {
+	if ok, err := w.is('{'); !ok {
+		return err
+	}
+	var fs partState
+	var data *blob
+	err := w.j.object(func(key []byte) error {
+		k, err := w.j.kind()
+		if err != nil {
+			return err
+		}
+		switch name := w.fold(key); {
+		case name == "file_data" && k == '"':
+			data, err = w.readBlob(blobFile)
+			return err
+		case name == "filename" && k == '"':
+			fs.filename, err = w.countedString(256)
+			return err
+		case strings.HasSuffix(name, "_id") && k == '"':
+			return w.j.skip()
+		}
+		return w.content()
+	})
+	if err != nil || data == nil {
+		return err
+	}
+	return w.costBlob(data, "", fs.filename, "", "")
+}
+
+// audio reads an OpenAI input_audio: {"data","format"}.
+func (w *walker) audio() error {
+	if ok, err := w.is('{'); !ok {
+		return err
+	}
+	var data *blob
+	format := ""
+	err := w.j.object(func(key []byte) error {
+		k, err := w.j.kind()
+		if err != nil {
+			return err
+		}
+		switch name := w.fold(key); {
+		case name == "data" && k == '"':
+			data, err = w.readBlob(blobAudio)
+			return err
+		case name == "format" && k == '"':
+			format, err = w.j.stringValue(64)
+			return err
+		}
+		return w.content()
+	})
+	if err != nil || data == nil {
+		return err
+	}
+	return w.costBlob(data, "", "", "", format)
+}
+
+// images reads Ollama's images: an array of base64 images.
+func (w *walker) images() error {
+	k, err := w.j.kind()
+	if err != nil {
+		return err
+	}
+	if k != '[' {
+		return w.content()
+	}
+	return w.j.array(func(int) error {
+		if ok, err := w.is('"'); !ok {
+			return err
+		}
+		b, err := w.readBlob(blobImage)
+		if err != nil {
+			return err
+		}
+		return w.costBlob(b, "", "", "", "")
+	})
+}
+
+// finishPart costs what a part carried, once all its members are known.
+func (w *walker) finishPart(ps *partState) error {
+	switch {
+	case ps.image != nil:
+		if err := w.costBlob(ps.image, ps.mediaType, "", ps.detail, ""); err != nil {
+			return err
+		}
+	case ps.imageCosted:
+	case ps.imageSeen || ps.typ == "input_image" || ps.typ == "image":
+		// An image the proxy cannot see (a file id, a bare reference).
+		if err := w.m.add(w.imageTokens(imageRef{present: true, detail: ps.detail})); err != nil {
+			return err
+		}
+	}
+	for _, f := range ps.files {
+		if err := w.costBlob(f, ps.mediaType, ps.filename, ps.detail, ps.format); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// imageTokens is an image's cost in the request's API.
+func (w *walker) imageTokens(img imageRef) int { return w.pricing().image(img) }
+
+func (w *walker) pricing() pricing {
+	return pricing{model: w.model, anthropic: w.format == FormatMessages}
+}
+
+// pricing is how the request's API prices what is not text.
+type pricing struct {
+	model     string
+	anthropic bool
+}
+
+func (p pricing) image(img imageRef) int {
+	if p.anthropic {
+		return img.anthropicTokens()
+	}
+	return img.openAITokens(p.model)
+}
+
+// costBlob costs one blob: a data URL's media type, else mediaType, the
+// filename's extension or the bytes themselves say what it is.
+func (w *walker) costBlob(b *blob, mediaType, filename, detail, format string) error {
+	if b.costd {
+		return nil
+	}
+	b.costd = true
+	payload, isBase64 := b.raw, true
+	if bytes.HasPrefix(b.raw, []byte("data:")) {
+		meta, rest, ok := bytes.Cut(b.raw, []byte(","))
+		if ok {
+			mt := string(meta[len("data:"):])
+			isBase64 = strings.HasSuffix(strings.ToLower(mt), ";base64")
+			if i := strings.IndexByte(mt, ';'); i >= 0 {
+				mt = mt[:i]
+			}
+			if mt != "" {
+				mediaType = mt
+			}
+			payload = rest
+		}
+	} else if hasURLScheme(b.raw) {
+		// A remote URL, not fetched: an image costs the largest image at
+		// its detail; another file cannot be seen (README).
+		if b.hint == blobImage {
+			return w.m.add(w.imageTokens(imageRef{present: true, detail: detail}))
+		}
+		return w.m.valueBytes(b.raw)
+	}
+	var data []byte
+	if b.hint == blobImage {
+		payload = payload[:min(len(payload), imageHead/3*4)] // the dimensions are in the head
+	}
+	if isBase64 {
+		var ok bool
+		data, ok = decodeBase64(payload)
+		if !ok {
+			if b.hint == blobImage {
+				return w.m.add(w.imageTokens(imageRef{present: true, detail: detail}))
+			}
+			return w.m.valueBytes(b.raw) // not base64: what the model gets is this text
+		}
+	} else {
+		u, err := url.PathUnescape(string(payload))
+		if err != nil {
+			u = string(payload)
+		}
+		data = []byte(u)
+	}
+	over := b.size - int64(len(b.raw)) // past maxBlob: not kept
+	if over > 0 && b.hint != blobImage {
+		if err := w.m.add(unreadableTokens(over)); err != nil {
+			return err
+		}
+	}
+	mediaType = strings.ToLower(strings.TrimSpace(mediaType))
+	if mediaType == "" && filename != "" {
+		mediaType = mime.TypeByExtension(strings.ToLower(path.Ext(filename)))
+		if i := strings.IndexByte(mediaType, ';'); i >= 0 {
+			mediaType = mediaType[:i]
+		}
+	}
+	kind := fileKind(mediaType, data[:min(len(data), 512)])
+	switch {
+	case b.hint == blobImage:
+		kind = "image"
+	case b.hint == blobAudio:
+		kind = "audio"
+	case format != "" && kind == "binary":
+		kind = "audio"
+	}
+	return w.m.costFile(kind, data, fileInfo{mediaType: mediaType, format: format, detail: detail}, w.pricing())
+}
+
+// hasURLScheme reports whether s starts like an absolute URL (http:,
+// https:, gs:, s3:, file: …) rather than base64 or text.
+func hasURLScheme(s []byte) bool {
+	i := bytes.IndexByte(s[:min(len(s), 16)], ':')
+	if i <= 0 {
+		return false
+	}
+	for _, c := range s[:i] {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return len(s) > i+1 && s[i+1] == '/'
+}
+
+// decodeBase64 decodes standard or URL-safe base64, padded or not, with
+// white space anywhere (what lenient decoders accept).
+func decodeBase64(s []byte) ([]byte, bool) {
+	clean := make([]byte, 0, len(s))
+	for _, c := range s {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+		case '-':
+			clean = append(clean, '+')
+		case '_':
+			clean = append(clean, '/')
+		default:
+			clean = append(clean, c)
+		}
+	}
+	clean = bytes.TrimRight(clean, "=")
+	out := make([]byte, base64.RawStdEncoding.DecodedLen(len(clean)))
+	n, err := base64.RawStdEncoding.Decode(out, clean)
+	if err != nil {
+		return nil, false
+	}
+	return out[:n], true
+}
+
+// Per-page costs of a PDF on top of its text: each page is also shown to
+// the model as an image. OpenAI's page image is priced as the 2048×2048
+// image at high detail on gpt-4o; Anthropic's as its largest image.
+const (
+	pdfPageOpenAI    = 765
+	pdfPageAnthropic = 1600
+)
+
+// pdfLimits bound the reading of one PDF.
+var pdfLimits = pdf.Limits{MaxDecompressed: 32 << 20, Timeout: 2 * time.Second, MaxPages: 100}
+
+// fileInfo is what the members around a file say of it.
+type fileInfo struct{ mediaType, format, detail string }
+
+// costFile adds what a whole file costs: kind is "text", "image", "pdf",
+// "audio" or "binary" (see fileKind).
+func (m *meter) costFile(kind string, data []byte, fi fileInfo, p pricing) error {
+	switch kind {
+	case "text":
+		return m.valueBytes(data)
+	case "image":
+		img := imageRef{present: true, detail: fi.detail}
+		img.width, img.height = imageSizeRaw(fi.mediaType, data[:min(len(data), imageHead)])
+		if img.width == 0 {
+			img.width, img.height = rawImageSize(data[:min(len(data), imageHead)])
+		}
+		return m.add(p.image(img))
+	case "pdf":
+		return m.costPDF(data, p)
+	case "audio":
+		a := audio.NewMeter(firstNonEmpty(fi.format, fi.mediaType))
+		a.Write(data)
+		return m.add(audio.Tokens(a.Duration()))
+	}
+	return m.add(unreadableTokens(int64(len(data))))
+}
+
+// costPDF adds a PDF's text, its pages and what could not be read of it.
+// A PDF past the reading bounds costs what the bound's bytes cost by the
+// size rule: more than any sane cap.
+func (m *meter) costPDF(data []byte, p pricing) error {
+	res, err := pdf.Read(data, pdfLimits, m.text)
+	if errors.Is(err, pdf.ErrBound) {
+		return m.add(unreadableTokens(pdfLimits.MaxDecompressed))
+	}
+	if err != nil {
+		return err
+	}
+	if err := m.endText(); err != nil {
+		return err
+	}
+	page := pdfPageOpenAI
+	if p.anthropic {
+		page = pdfPageAnthropic
+	}
+	return m.add(res.Pages*page + unreadableTokens(res.Unread))
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
