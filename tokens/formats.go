@@ -19,6 +19,7 @@ const (
 func jsonModel(r io.Reader) (string, error) {
 	j := newJSONReader(r)
 	defer j.free()
+	j.noUTF8Check = true // the count that follows validates what it reads
 	if k, err := j.kind(); err != nil || k != '{' {
 		return "", err
 	}

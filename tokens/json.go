@@ -2,6 +2,7 @@ package tokens
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,10 @@ type jsonReader struct {
 	// plain string bytes, to be completed by the next run.
 	u8  [utf8.UTFMax]byte
 	u8n int
+	// noUTF8Check skips validating strings as UTF-8: for a pass that only
+	// looks for a member, followed by the count that validates what it
+	// reads.
+	noUTF8Check bool
 }
 
 const maxDepth = 256
@@ -63,7 +68,7 @@ func newJSONReader(r io.Reader) *jsonReader {
 	j := readers.Get().(*jsonReader)
 	j.r.Reset(r)
 	j.off, j.depth, j.capture, j.capturing, j.captureMax, j.overflow = 0, 0, j.capture[:0], false, 0, false
-	j.fullKeys, j.keyAcc, j.u8n, j.tee = false, j.keyAcc[:0], 0, nil
+	j.fullKeys, j.keyAcc, j.u8n, j.tee, j.noUTF8Check = false, j.keyAcc[:0], 0, nil, false
 	return j
 }
 
@@ -269,14 +274,29 @@ func (j *jsonReader) str(sink func([]byte) error) error {
 			}
 		}
 		chunk, _ := j.r.Peek(j.r.Buffered())
-		plain := 0
-		var high byte
-		for plain < len(chunk) && chunk[plain] != '"' && chunk[plain] != '\\' && chunk[plain] >= 0x20 {
-			high |= chunk[plain]
+		// The run of plain bytes: ASCII eight at a time, stepping byte by
+		// byte only over non-ASCII, which is then validated from its first
+		// byte on (or from the start, to complete a sequence carried over).
+		plain, firstHigh := 0, -1
+		for {
+			plain += plainASCII(chunk[plain:])
+			if plain == len(chunk) {
+				break
+			}
+			c := chunk[plain]
+			if c == '"' || c == '\\' || c < 0x20 {
+				break
+			}
+			if c >= utf8.RuneSelf && firstHigh < 0 {
+				firstHigh = plain
+			}
 			plain++
 		}
-		if high >= utf8.RuneSelf || j.u8n > 0 && plain > 0 {
-			if err := j.checkUTF8(chunk[:plain]); err != nil {
+		if j.u8n > 0 && plain > 0 {
+			firstHigh = 0
+		}
+		if firstHigh >= 0 && !j.noUTF8Check {
+			if err := j.checkUTF8(chunk[firstHigh:plain]); err != nil {
 				return err
 			}
 		}
@@ -344,6 +364,22 @@ func (j *jsonReader) str(sink func([]byte) error) error {
 			return j.fail("invalid escape")
 		}
 	}
+}
+
+// plainASCII returns how many bytes at the start of p are printable ASCII
+// other than '"' and '\\', eight at a time: the common run of a string.
+func plainASCII(p []byte) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	n := 0
+	for ; n+8 <= len(p); n += 8 {
+		w := binary.LittleEndian.Uint64(p[n:])
+		quote, backslash := w^(ones*'"'), w^(ones*'\\')
+		special := (w-ones*0x20)&^w | (quote-ones)&^quote | (backslash-ones)&^backslash | w
+		if special&highs != 0 {
+			break
+		}
+	}
+	return n
 }
 
 // checkUTF8 validates a run of plain string bytes as UTF-8, carrying a
