@@ -1,5 +1,12 @@
-// Package redistest starts a real redis-server for tests, on a free
-// loopback port, and stops it when the test ends.
+// Package redistest starts real Redis deployments for tests, as an
+// operator would run them, on 127.0.0.1 and free ports: one
+// redis-server (Start), a Redis Cluster made with redis-cli --cluster
+// create (StartCluster), or a master and replicas watched by Sentinels
+// (StartSentinel). Every process is started by the test, logs into its
+// own t.TempDir(), and is killed by PID in t.Cleanup (on Linux it also
+// dies with the test binary); the tail of each log is printed when the
+// test fails. Cluster and Sentinel failovers can be provoked (Kill) and
+// awaited (WaitPromoted, WaitFailover) with bounded waits.
 package redistest
 
 import (
@@ -25,12 +32,18 @@ type Server struct {
 // REQUIRE_REDIS=1, when its absence fails the test.
 func Require(t testing.TB) string {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
+	return requireBin(t, "redis-server")
+}
+
+// requireBin finds a program the way Require finds redis-server.
+func requireBin(t testing.TB, name string) string {
+	t.Helper()
+	bin, err := exec.LookPath(name)
 	if err != nil {
 		if os.Getenv("REQUIRE_REDIS") == "1" {
-			t.Fatal("redis-server not found and REQUIRE_REDIS=1")
+			t.Fatal(name + " not found and REQUIRE_REDIS=1")
 		}
-		t.Skip("redis-server not installed (install it, or set REQUIRE_REDIS=1 to make this a failure)")
+		t.Skip(name + " not installed (install it, or set REQUIRE_REDIS=1 to make this a failure)")
 	}
 	return bin
 }
