@@ -9,7 +9,14 @@
 -- larger one groups admissions in 1/maxSlots of the window, each group
 -- leaving the window with its latest admission (never admits more).
 -- Returns: allowed (1/0), then per hit: allowed, remaining, retry after,
--- reset after, next after (µs).
+-- reset after, next after (µs), and the slot the admission went into (a
+-- sequence number > 0, or -(bucket+1) for a grouped slot; 0 when nothing
+-- was recorded), which undo.lua takes to roll the admission back.
+--
+-- Work is bounded by what the hit needs, never by the window's contents:
+-- a refusal reads the oldest slots that must leave for the cost to fit
+-- (one, for a request of cost 1) and the newest, so the over-limit
+-- caller's hot path costs Redis no more than an admission.
 local n = tonumber(ARGV[1])
 local now = tonumber(ARGV[2])
 if now == 0 then
@@ -44,11 +51,14 @@ for i = 1, n do
     hit.retry = hit.window
     if hit.cost <= hit.limit then
       -- The wait until enough of the oldest slots leave for cost to fit.
+      -- Every live slot holds at least one unit, so the slot that frees
+      -- enough is among the first `need`: read only those.
       local need = sum + hit.cost - hit.limit
-      local slots = redis.call('ZRANGE', z, 0, -1, 'WITHSCORES')
-      local ids = {}
-      for j = 1, #slots, 2 do ids[#ids + 1] = slots[j] end
-      if #ids > 0 then
+      local slots = redis.call('ZRANGE', z, 0, math.min(need, hit.slots + 1) - 1, 'WITHSCORES')
+      if #slots > 0 then
+        hit.oldest = tonumber(slots[2])
+        local ids = {}
+        for j = 1, #slots, 2 do ids[#ids + 1] = slots[j] end
         local counts = redis.call('HMGET', h, unpack(ids))
         local freed = 0
         for j = 1, #ids do
@@ -67,6 +77,7 @@ end
 local out = {ok and 1 or 0}
 for i = 1, n do
   local hit = hits[i]
+  local reset, nxt, slot = 0, 0, 0
   if ok and hit.cost > 0 then
     -- A clock that went backwards (a failover to a server behind) must not
     -- let an admission leave before the ones already counted.
@@ -75,9 +86,12 @@ for i = 1, n do
     if #last > 0 and tonumber(last[2]) > at then at = tonumber(last[2]) end
     local id
     if hit.limit <= hit.slots then
-      id = tostring(redis.call('HINCRBY', hit.h, 'q', 1))
+      slot = redis.call('HINCRBY', hit.h, 'q', 1)
+      id = tostring(slot)
     else
-      id = 'g' .. tostring(math.floor(now / math.max(math.floor(hit.window / hit.slots), 1)))
+      local bucket = math.floor(now / math.max(math.floor(hit.window / hit.slots), 1))
+      slot = -(bucket + 1)
+      id = 'g' .. tostring(bucket)
     end
     redis.call('ZADD', hit.z, at, id)
     redis.call('HINCRBY', hit.h, id, hit.cost)
@@ -86,16 +100,23 @@ for i = 1, n do
     local ttl = math.ceil(hit.window / 1000) + 1000
     redis.call('PEXPIRE', hit.z, ttl)
     redis.call('PEXPIRE', hit.h, ttl)
+    reset = at + hit.window - now
+    local oldest = redis.call('ZRANGE', hit.z, 0, 0, 'WITHSCORES')
+    nxt = math.max(tonumber(oldest[2]) + hit.window - now, 0)
+  else
+    local newest = redis.call('ZRANGE', hit.z, -1, -1, 'WITHSCORES')
+    if #newest > 0 then reset = math.max(tonumber(newest[2]) + hit.window - now, 0) end
+    if hit.oldest == nil and #newest > 0 then
+      local oldest = redis.call('ZRANGE', hit.z, 0, 0, 'WITHSCORES')
+      hit.oldest = tonumber(oldest[2])
+    end
+    if hit.oldest ~= nil then nxt = math.max(hit.oldest + hit.window - now, 0) end
   end
-  local reset, nxt = 0, 0
-  local newest = redis.call('ZRANGE', hit.z, -1, -1, 'WITHSCORES')
-  if #newest > 0 then reset = math.max(tonumber(newest[2]) + hit.window - now, 0) end
-  local oldest = redis.call('ZRANGE', hit.z, 0, 0, 'WITHSCORES')
-  if #oldest > 0 then nxt = math.max(tonumber(oldest[2]) + hit.window - now, 0) end
   out[#out + 1] = (hit.allowed and 1 or 0)
   out[#out + 1] = math.max(hit.limit - hit.sum, 0)
   out[#out + 1] = hit.retry
   out[#out + 1] = reset
   out[#out + 1] = nxt
+  out[#out + 1] = slot
 end
 return out

@@ -91,7 +91,7 @@ func TestRedisBreaker(t *testing.T) {
 	var states []bool
 	s := limits.NewRedis(limits.RedisOptions{
 		Client: redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1}), Prefix: "breaker:", Timeout: 50 * time.Millisecond,
-		OnStateChange: func(up bool, _ error) { mu.Lock(); states = append(states, up); mu.Unlock() },
+		OnStateChange: func(_ string, up bool, _ error) { mu.Lock(); states = append(states, up); mu.Unlock() },
 	})
 	t.Cleanup(s.Close)
 	r := rule(100, time.Minute)
@@ -218,12 +218,19 @@ func TestRedisCancelledCallsKeepTheBreakerClosed(t *testing.T) {
 	}
 }
 
-// An idle store learns of a dead Redis from Check, and of its return from
-// the probe; MarkDown opens the breaker at once.
+// A store is ready once warmed up; an idle store learns of a dead Redis
+// from Check, and of its return from the probe; MarkDown opens the
+// breaker at once.
 func TestRedisCheckAndMarkDown(t *testing.T) {
 	srv := redistest.Start(t)
 	s := limits.NewRedis(limits.RedisOptions{Client: redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1}), Prefix: "check:", Timeout: 50 * time.Millisecond})
 	t.Cleanup(s.Close)
+	if s.Check(context.Background()) || s.Ready() {
+		t.Fatal("ready before Warm: the first burst would open connections within its timeout")
+	}
+	if err := s.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	if !s.Check(context.Background()) {
 		t.Fatal("Check failed with Redis up")
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +17,8 @@ import (
 // methods are the callbacks of limits.RedisOptions and limits.Fallback;
 // it logs each up/down transition once.
 type StoreMetrics struct {
+	mu          sync.Mutex
+	down        map[string]bool // shards whose breaker is open
 	log         *slog.Logger
 	latency     prometheus.Histogram
 	errors      *prometheus.CounterVec
@@ -27,7 +30,8 @@ type StoreMetrics struct {
 // NewStoreMetrics registers the store families on reg.
 func NewStoreMetrics(reg prometheus.Registerer, log *slog.Logger) (*StoreMetrics, error) {
 	m := &StoreMetrics{
-		log: log,
+		down: map[string]bool{},
+		log:  log,
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ratelimit_proxy_store_call_duration_seconds",
 			Help:    "Duration of calls to the shared state store (one per decision).",
@@ -39,7 +43,7 @@ func NewStoreMetrics(reg prometheus.Registerer, log *slog.Logger) (*StoreMetrics
 		}, []string{"kind"}),
 		up: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ratelimit_proxy_store_up",
-			Help: "1 while the shared state store is reachable (circuit breaker closed), 0 while it is skipped.",
+			Help: "1 while the shared state store is reachable (every shard's circuit breaker closed), 0 while any shard is skipped.",
 		}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_proxy_store_transitions_total",
@@ -72,18 +76,29 @@ func (m *StoreMetrics) Call(d time.Duration, err error) {
 	}
 }
 
-// StateChange records (and logs, once per transition) the store going
-// down or coming back.
-func (m *StoreMetrics) StateChange(up bool, err error) {
+// StateChange records (and logs, once per transition) a shard of the
+// store going down or coming back; shard is a cluster master's address,
+// "" for a single server or a Sentinel-managed master.
+func (m *StoreMetrics) StateChange(shard string, up bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	attrs := []any{}
+	if shard != "" {
+		attrs = append(attrs, "shard", shard)
+	}
 	if up {
+		delete(m.down, shard)
 		m.transitions.WithLabelValues("up").Inc()
-		m.up.Set(1)
-		m.log.Info("state store reachable again: shared rate limiting resumed")
+		if len(m.down) == 0 {
+			m.up.Set(1)
+		}
+		m.log.Info("state store reachable again: shared rate limiting resumed", attrs...)
 		return
 	}
+	m.down[shard] = true
 	m.transitions.WithLabelValues("down").Inc()
 	m.up.Set(0)
-	m.log.Error("state store unreachable: skipping it until a probe succeeds", "err", err, "kind", errorKind(err))
+	m.log.Error("state store unreachable: skipping it until a probe succeeds", append(attrs, "err", err, "kind", errorKind(err))...)
 }
 
 // Fallback counts a decision made locally.

@@ -50,7 +50,7 @@ func TestStoreMetrics(t *testing.T) {
 	m.Call(time.Millisecond, nil)
 	m.Call(50*time.Millisecond, context.DeadlineExceeded)
 	m.Call(time.Millisecond, errors.New("dial tcp: connection refused"))
-	m.StateChange(false, context.DeadlineExceeded)
+	m.StateChange("", false, context.DeadlineExceeded)
 	m.Fallback()
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
 		t.Fatalf("%v %+v", err, problems)

@@ -279,13 +279,16 @@ func newRedisStore(cfg config.Config, reg prometheus.Registerer, log *slog.Logge
 		fb.OnFallback = sm.Fallback
 		s.store = fb
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	// Open the connections and load the scripts before serving, so the
+	// first burst is decided within REDIS_TIMEOUT.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := rs.Load(ctx); err != nil {
+	start := time.Now()
+	if err := rs.Warm(ctx); err != nil {
 		log.Warn("redis not reachable at start; FAIL_OPEN applies until it is", "err", err, "fail_open", cfg.FailOpen)
 		rs.MarkDown(err)
 	} else {
-		log.Info("shared state in redis", "prefix", cfg.RedisPrefix, "fail_open", cfg.FailOpen)
+		log.Info("shared state in redis", "prefix", cfg.RedisPrefix, "fail_open", cfg.FailOpen, "warmed_in", time.Since(start).Round(time.Millisecond))
 	}
 	return s, nil
 }
