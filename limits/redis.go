@@ -373,6 +373,14 @@ func (s *Redis) decide(ctx context.Context, sh *redisShard, hits []Hit, now time
 		s.o.OnCall(time.Since(start), err)
 	}
 	if err != nil {
+		if redis.IsClusterDownError(err) {
+			// The whole cluster refuses while a slot has no master (Redis's
+			// cluster-require-full-coverage): not this shard's failure, so
+			// its breaker stays closed; the request fails and FAIL_OPEN
+			// applies.
+			s.cluster.ReloadState(context.Background())
+			return false, fmt.Errorf("redis decision: %w", err)
+		}
 		s.failed(sh, err)
 		return false, fmt.Errorf("redis decision: %w", err)
 	}
@@ -557,6 +565,11 @@ func NewRedisClient(raw string) (redis.UniversalClient, error) {
 		// Failures reload the slot map at once (Redis.failed); this bounds
 		// how stale it gets without them.
 		co.ClusterStateReloadInterval = 5 * time.Second
+		// Follow one MOVED (a resharded slot), but do not retry
+		// CLUSTERDOWN with back-off until the deadline: the cluster is
+		// degraded for as long as a failover takes, and the decision
+		// should fail fast so FAIL_OPEN applies.
+		co.MaxRedirects = 1
 		return redis.NewClusterClient(co), nil
 	}
 	return redis.NewUniversalClient(o), nil

@@ -37,6 +37,12 @@ type ClusterOptions struct {
 	// StartTimeout bounds StartCluster (processes up, cluster created,
 	// every node agreeing); 30s when zero.
 	StartTimeout time.Duration
+	// PartialCoverage runs the nodes with cluster-require-full-coverage
+	// no: while a master is down, the other masters keep serving their
+	// slots. With Redis's default (yes) every node answers CLUSTERDOWN
+	// from the moment a master is flagged FAIL until its replica takes
+	// over.
+	PartialCoverage bool
 }
 
 // Cluster is a running Redis Cluster on loopback. Its methods fail the
@@ -136,6 +142,9 @@ func (c *Cluster) setPorts(n *Node, port, bus string) {
 		"--cluster-node-timeout", strconv.FormatInt(c.opts.NodeTimeout.Milliseconds(), 10),
 		"--cluster-replica-validity-factor", "0",
 		"--repl-diskless-sync-delay", "0",
+	}
+	if c.opts.PartialCoverage {
+		n.args = append(n.args, "--cluster-require-full-coverage", "no")
 	}
 }
 

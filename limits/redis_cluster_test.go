@@ -1,0 +1,361 @@
+package limits_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/redistest"
+	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
+)
+
+// clusterStore is a store on c as the binary builds it (NewRedisClient),
+// warmed up.
+func clusterStore(t *testing.T, c *redistest.Cluster, prefix string, timeout time.Duration) *limits.Redis {
+	t.Helper()
+	client, err := limits.NewRedisClient(c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	s := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: prefix, Timeout: timeout, WarmConns: 4})
+	t.Cleanup(s.Close)
+	if err := s.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// keysOnDistinctSlots returns n caller keys whose counters under rule
+// hash to n different masters of c.
+func keysOnDistinctMasters(t *testing.T, c *redistest.Cluster, prefix, rule string, n int) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	var keys []string
+	for i := 0; len(keys) < n && i < 10000; i++ {
+		k := fmt.Sprintf("k%d", i)
+		m := c.MasterOf(prefix + "{" + rule + "|caller=" + k + "}:z").Addr
+		if !seen[m] {
+			seen[m] = true
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) < n {
+		t.Fatalf("found keys on %d masters, want %d", len(keys), n)
+	}
+	return keys
+}
+
+func TestRedisCluster(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, PartialCoverage: true})
+
+	// A batch whose counters live on three masters is decided part by part;
+	// a refusal by the last part takes the first two back, exactly, even
+	// under 100 concurrent batches.
+	t.Run("split batch is all-or-nothing", func(t *testing.T) {
+		s := clusterStore(t, c, "split:", time.Second)
+		keys := keysOnDistinctMasters(t, c, "split:", "r", 3)
+		rules := []*limits.Rule{
+			{Name: "r", Algorithm: limits.SlidingWindow, Limit: 10, Window: time.Minute},
+			{Name: "r", Algorithm: limits.SlidingWindow, Limit: 10, Window: time.Minute},
+			{Name: "r", Algorithm: limits.SlidingWindow, Limit: 5, Window: time.Minute},
+		}
+		batch := func() []limits.Hit {
+			h := make([]limits.Hit, 3)
+			for i := range h {
+				h[i] = limits.Hit{Rule: rules[i], Key: limits.KeyOf("caller", keys[i]), Cost: 1}
+			}
+			return h
+		}
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range 100 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out := make([]limits.Decision, 3)
+				ok, err := s.Decide(context.Background(), batch(), time.Now(), out)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok {
+					admitted.Add(1)
+				} else if out[2].Allowed || out[2].RetryAfter <= 0 {
+					t.Errorf("refused batch, but its refusing hit says %+v", out[2])
+				}
+			}()
+		}
+		wg.Wait()
+		if admitted.Load() != 5 {
+			t.Fatalf("%d batches admitted, want 5 (the smallest limit)", admitted.Load())
+		}
+		// The first two counters hold exactly the 5 admitted batches: every
+		// refused batch was rolled back.
+		for i := 0; i < 2; i++ {
+			d := allow(t, s, rules[i], keys[i], 0, time.Now())
+			if d.Remaining != 5 {
+				t.Fatalf("counter %d: %d remaining after 5 admitted batches, want 5 (rollback lost or doubled)", i, d.Remaining)
+			}
+		}
+	})
+
+	// Two stores (two instances) share each caller's budget exactly, with
+	// callers spread over every master.
+	t.Run("shared budget", func(t *testing.T) {
+		a, b := clusterStore(t, c, "shared:", time.Second), clusterStore(t, c, "shared:", time.Second)
+		r := rule(10, time.Minute)
+		var wg sync.WaitGroup
+		counts := make([]atomic.Int64, 30)
+		for caller := range 30 {
+			for i := range 20 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					s := a
+					if i%2 == 1 {
+						s = b
+					}
+					if allow(t, s, r, fmt.Sprint("caller", caller), 1, time.Now()).Allowed {
+						counts[caller].Add(1)
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		for i := range counts {
+			if n := counts[i].Load(); n != 10 {
+				t.Fatalf("caller %d: %d admitted of 20, want 10", i, n)
+			}
+		}
+	})
+
+	// A refusal is answered from the oldest slot, not the whole window.
+	t.Run("refusal reads what it needs", func(t *testing.T) {
+		s := clusterStore(t, c, "refuse:", time.Second)
+		r := rule(1000, time.Minute)
+		hits := make([]limits.Hit, 1)
+		hits[0] = limits.Hit{Rule: r, Key: limits.KeyOf("caller", "full"), Cost: 1}
+		out := make([]limits.Decision, 1)
+		for range 1000 {
+			if _, err := s.Decide(context.Background(), hits, time.Now(), out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d := allow(t, s, r, "full", 1, time.Now())
+		if d.Allowed || d.RetryAfter <= 55*time.Second || d.RetryAfter > time.Minute || d.Remaining != 0 {
+			t.Fatalf("refusal: %+v", d)
+		}
+	})
+
+	// A master killed: see clusterFailover.
+	t.Run("failover", func(t *testing.T) { clusterFailover(t, c, true) })
+}
+
+// With Redis's default cluster-require-full-coverage, every node refuses
+// from the moment a master is flagged FAIL until its replica takes over:
+// no key can be decided then, but no healthy master's breaker opens for
+// it, nothing waits past the timeout, and decisions resume as fast.
+func TestRedisClusterFullCoverageFailover(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1})
+	clusterFailover(t, c, false)
+}
+
+// clusterFailover kills the master of one key of three, on three masters:
+// its keys fail (then ErrUnavailable at once), keys on the other masters
+// stay decided exactly (partial: the cluster runs with
+// cluster-require-full-coverage no; else they may be refused with
+// CLUSTERDOWN until the promotion) and their breakers never move, no
+// decision waits past the timeout, and the dead master's keys are decided
+// again within a second of its replica's promotion.
+func clusterFailover(t *testing.T, c *redistest.Cluster, partial bool) {
+
+	var mu sync.Mutex
+	var transitions []string
+	client, err := limits.NewRedisClient(c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	s := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: "fo:", Timeout: 50 * time.Millisecond, WarmConns: 4,
+		OnStateChange: func(shard string, up bool, _ error) {
+			mu.Lock()
+			transitions = append(transitions, fmt.Sprintf("%s:%v", shard, up))
+			mu.Unlock()
+		}})
+	t.Cleanup(s.Close)
+	if err := s.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	keys := keysOnDistinctMasters(t, c, "fo:", "chat_rpm", 3)
+	dead := c.MasterOf("fo:{chat_rpm|caller=" + keys[0] + "}:z")
+	r := rule(1000000, time.Minute)
+	decide := func(key string) (limits.Decision, error, time.Duration) {
+		out := make([]limits.Decision, 1)
+		start := time.Now()
+		_, err := s.Decide(context.Background(), []limits.Hit{{Rule: r, Key: limits.KeyOf("caller", key), Cost: 1}}, time.Now(), out)
+		return out[0], err, time.Since(start)
+	}
+	for _, k := range keys {
+		if _, err, _ := decide(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Kill(dead)
+	killed := time.Now()
+	healthy := map[string]int64{keys[1]: 1, keys[2]: 1} // admissions so far
+	var firstBack time.Time
+	var promotedAt time.Time
+	promoted := make(chan time.Time, 1)
+	go func() {
+		_, at, err := c.WaitPromoted(dead, 30*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		promoted <- at
+	}()
+	var slow []time.Duration
+	for time.Since(killed) < 30*time.Second {
+		for _, k := range keys[1:] {
+			d, err, took := decide(k)
+			if err != nil {
+				if !partial && redis.IsClusterDownError(err) {
+					continue // the whole cluster refuses until the promotion
+				}
+				t.Fatalf("a key on a healthy master failed during the outage: %v", err)
+			}
+			healthy[k]++
+			if d.Remaining != r.Limit-healthy[k] {
+				t.Fatalf("healthy key %s: remaining %d, want %d", k, d.Remaining, r.Limit-healthy[k])
+			}
+			if took > 150*time.Millisecond {
+				slow = append(slow, took)
+			}
+		}
+		_, err, took := decide(keys[0])
+		if took > 150*time.Millisecond {
+			slow = append(slow, took)
+		}
+		if err == nil && time.Since(killed) > 100*time.Millisecond && firstBack.IsZero() && !promotedAt.IsZero() {
+			firstBack = time.Now()
+		}
+		select {
+		case promotedAt = <-promoted:
+		default:
+		}
+		if !firstBack.IsZero() {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if promotedAt.IsZero() || firstBack.IsZero() {
+		t.Fatalf("the dead master's keys were not decided again (promoted at %v)", promotedAt)
+	}
+	back := firstBack.Sub(promotedAt)
+	t.Logf("killed → promoted %v, promoted → decided again %v", promotedAt.Sub(killed), back)
+	if back > time.Second {
+		t.Fatalf("decisions resumed %v after the promotion, want within 1 s", back)
+	}
+	if len(slow) > 0 {
+		t.Fatalf("%d decisions waited past the timeout: %v", len(slow), slow)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, tr := range transitions {
+		if !strings.HasPrefix(tr, dead.Addr+":") {
+			t.Fatalf("a breaker other than the dead master's moved: %v", transitions)
+		}
+	}
+	if len(transitions) != 2 {
+		t.Fatalf("breaker transitions %v, want the dead master's down then up", transitions)
+	}
+}
+
+// The refusal of a caller over a full window of 1000 costs Redis no more
+// than an admission (SPEC §4.2: the over-limit caller's hot path).
+func TestRedisRefusalCostsNoMoreThanAdmission(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { client.Close() })
+	s := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: "cost:", Timeout: time.Second})
+	t.Cleanup(s.Close)
+	r := rule(1000, time.Minute)
+	for range 1000 {
+		allow(t, s, r, "full", 1, time.Now())
+	}
+	// Commands run inside the script, by the server's own count.
+	calls := func(do func()) int64 {
+		if err := client.ConfigResetStat(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		do()
+		info, err := client.Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var total int64
+		for _, line := range strings.Split(info, "\n") {
+			if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_evalsha") || strings.HasPrefix(line, "cmdstat_config") {
+				continue
+			}
+			var n int64
+			if i := strings.Index(line, "calls="); i >= 0 {
+				fmt.Sscanf(line[i+len("calls="):], "%d", &n)
+			}
+			total += n
+		}
+		return total
+	}
+	refused := calls(func() {
+		if d := allow(t, s, r, "full", 1, time.Now()); d.Allowed {
+			t.Fatal("admitted past the limit")
+		}
+	})
+	admitted := calls(func() {
+		if d := allow(t, s, rule(2000, time.Minute), "full", 1, time.Now()); !d.Allowed {
+			t.Fatal("refused under the limit")
+		}
+	})
+	if refused > admitted {
+		t.Fatalf("a refusal ran %d commands, an admission %d", refused, admitted)
+	}
+	// And the time Redis spent in them, over many decisions: the old
+	// refusal read all 1000 slots and cost ~9 times an admission.
+	usec := func(do func()) float64 {
+		client.ConfigResetStat(context.Background())
+		do()
+		info, _ := client.Info(context.Background(), "commandstats").Result()
+		for _, line := range strings.Split(info, "\n") {
+			if strings.HasPrefix(line, "cmdstat_evalsha:") {
+				var per float64
+				if i := strings.Index(line, "usec_per_call="); i >= 0 {
+					fmt.Sscanf(line[i+len("usec_per_call="):], "%f", &per)
+				}
+				return per
+			}
+		}
+		t.Fatal("no evalsha stats")
+		return 0
+	}
+	big := rule(1<<40, time.Minute)
+	perRefusal := usec(func() {
+		for range 300 {
+			allow(t, s, r, "full", 1, time.Now())
+		}
+	})
+	perAdmission := usec(func() {
+		for i := range 300 {
+			allow(t, s, big, fmt.Sprint("fresh", i%10), 1, time.Now())
+		}
+	})
+	t.Logf("Redis time per decision: refused %.1f µs, admitted %.1f µs", perRefusal, perAdmission)
+	if perRefusal > 2*perAdmission {
+		t.Fatalf("a refusal costs Redis %.1f µs, an admission %.1f µs", perRefusal, perAdmission)
+	}
+}
