@@ -50,6 +50,8 @@ type partState struct {
 	imageSeen                                bool  // an image is referred to (image_url, a source, a file id)
 	imageCosted                              bool  // its cost is added already (an Anthropic source)
 	files                                    []*blob
+	result                                   *blob // a "result": text, or a generated image (image_generation_call)
+	storedFile                               bool   // a file_id or file_url: a file the proxy cannot see
 }
 
 // readBlob reads a string value as a blob.
@@ -160,6 +162,10 @@ func (w *walker) source(ps *partState) error {
 	case remote && image:
 		ps.imageCosted = true
 		return w.m.add(w.imageTokens(imageRef{present: true, detail: ps.detail}))
+	case remote:
+		// A document the proxy cannot read (a URL, a stored file): at
+		// least one page of it.
+		return w.m.add(w.pricing().pdfPage())
 	}
 	return nil
 }
@@ -171,6 +177,7 @@ func (w *walker) file(ps *partState) error {
 	}
 	var fs partState
 	var data *blob
+	stored := false
 	err := w.j.object(func(key []byte) error {
 		k, err := w.j.kind()
 		if err != nil {
@@ -184,12 +191,19 @@ func (w *walker) file(ps *partState) error {
 			fs.filename, err = w.countedString(256)
 			return err
 		case strings.HasSuffix(name, "_id") && k == '"':
+			stored = true
 			return w.j.skip()
 		}
 		return w.content()
 	})
-	if err != nil || data == nil {
+	if err != nil {
 		return err
+	}
+	if data == nil {
+		if stored { // a file stored at the provider: at least a page
+			return w.m.add(w.pricing().pdfPage())
+		}
+		return nil
 	}
 	return w.costBlob(data, "", fs.filename, "", "")
 }
@@ -262,6 +276,16 @@ func (w *walker) finishPart(ps *partState) error {
 			return err
 		}
 	}
+	if ps.result != nil {
+		if ps.typ == "image_generation_call" { // a generated image, replayed: an image
+			ps.result.hint = blobImage
+			return w.costBlob(ps.result, "", "", "", "")
+		}
+		return w.m.valueBytes(ps.result.raw)
+	}
+	if ps.typ == "input_file" && len(ps.files) == 0 && ps.storedFile {
+		return w.m.add(w.pricing().pdfPage()) // a file_id or file_url: at least a page
+	}
 	return nil
 }
 
@@ -278,6 +302,14 @@ type pricing struct {
 	anthropic bool
 }
 
+// pdfPage is what one page of a document costs besides its text.
+func (p pricing) pdfPage() int {
+	if p.anthropic {
+		return pdfPageAnthropic
+	}
+	return pdfPageOpenAI
+}
+
 func (p pricing) image(img imageRef) int {
 	if p.anthropic {
 		return img.anthropicTokens()
@@ -292,27 +324,34 @@ func (w *walker) costBlob(b *blob, mediaType, filename, detail, format string) e
 		return nil
 	}
 	b.costd = true
-	payload, isBase64 := b.raw, true
-	if bytes.HasPrefix(b.raw, []byte("data:")) {
-		meta, rest, ok := bytes.Cut(b.raw, []byte(","))
-		if ok {
-			mt := string(meta[len("data:"):])
-			isBase64 = strings.HasSuffix(strings.ToLower(mt), ";base64")
-			if i := strings.IndexByte(mt, ';'); i >= 0 {
-				mt = mt[:i]
-			}
-			if mt != "" {
-				mediaType = mt
+	payload, declared := bytes.TrimLeft(b.raw, " \t\r\n"), false
+	isBase64 := true
+	if len(payload) >= 5 && strings.EqualFold(string(payload[:5]), "data:") {
+		// data:[<media type>][;param…][;base64],<data>, read as leniently
+		// as any decoder reads it: any case, spaces, the flag anywhere.
+		if meta, rest, ok := bytes.Cut(payload[5:], []byte(",")); ok {
+			isBase64, declared = false, true
+			for i, p := range strings.Split(string(meta), ";") {
+				p = strings.TrimSpace(p)
+				switch {
+				case strings.EqualFold(p, "base64"):
+					isBase64 = true
+				case i == 0 && p != "":
+					mediaType = p
+				}
 			}
 			payload = rest
 		}
-	} else if hasURLScheme(b.raw) {
+	} else if hasURLScheme(payload) {
 		// A remote URL, not fetched: an image costs the largest image at
-		// its detail; another file cannot be seen (README).
+		// its detail, a document a page (README).
 		if b.hint == blobImage {
 			return w.m.add(w.imageTokens(imageRef{present: true, detail: detail}))
 		}
-		return w.m.valueBytes(b.raw)
+		if err := w.m.valueBytes(b.raw); err != nil {
+			return err
+		}
+		return w.m.add(w.pricing().pdfPage())
 	}
 	var data []byte
 	if b.hint == blobImage {
@@ -320,7 +359,7 @@ func (w *walker) costBlob(b *blob, mediaType, filename, detail, format string) e
 	}
 	if isBase64 {
 		var ok bool
-		data, ok = decodeBase64(payload)
+		data, ok = decodeBase64(payload, declared || b.hint != blobFile)
 		if !ok {
 			if b.hint == blobImage {
 				return w.m.add(w.imageTokens(imageRef{present: true, detail: detail}))
@@ -375,21 +414,27 @@ func hasURLScheme(s []byte) bool {
 }
 
 // decodeBase64 decodes standard or URL-safe base64, padded or not, with
-// white space anywhere (what lenient decoders accept).
-func decodeBase64(s []byte) ([]byte, bool) {
+// white space anywhere. lenient (the data is declared base64) also drops
+// any other character, as Python's b64decode and Node's Buffer do by
+// default; otherwise such a character means the string is not base64.
+func decodeBase64(s []byte, lenient bool) ([]byte, bool) {
 	clean := make([]byte, 0, len(s))
 	for _, c := range s {
-		switch c {
-		case ' ', '\t', '\r', '\n':
-		case '-':
-			clean = append(clean, '+')
-		case '_':
-			clean = append(clean, '/')
-		default:
+		switch {
+		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '+', c == '/':
 			clean = append(clean, c)
+		case c == '-':
+			clean = append(clean, '+')
+		case c == '_':
+			clean = append(clean, '/')
+		case c == '=', c == ' ', c == '\t', c == '\r', c == '\n':
+		case !lenient:
+			return nil, false
 		}
 	}
-	clean = bytes.TrimRight(clean, "=")
+	if len(clean)%4 == 1 { // a lone trailing character holds no byte
+		clean = clean[:len(clean)-1]
+	}
 	out := make([]byte, base64.RawStdEncoding.DecodedLen(len(clean)))
 	n, err := base64.RawStdEncoding.Decode(out, clean)
 	if err != nil {
@@ -449,11 +494,7 @@ func (m *meter) costPDF(data []byte, p pricing) error {
 	if err := m.endText(); err != nil {
 		return err
 	}
-	page := pdfPageOpenAI
-	if p.anthropic {
-		page = pdfPageAnthropic
-	}
-	return m.add(res.Pages*page + unreadableTokens(res.Unread))
+	return m.add(res.Pages*p.pdfPage() + unreadableTokens(res.Unread))
 }
 
 func firstNonEmpty(s ...string) string {

@@ -433,3 +433,107 @@ func TestPDFCostsItsText(t *testing.T) {
 		t.Errorf("one-line PDF: %d tokens, want %d (+ a line break or two)", got, want)
 	}
 }
+
+// The review's findings: each dress below reached the upstream with a
+// prompt 10–36 times over the cap before it was fixed.
+func TestDisguisesFromReview(t *testing.T) {
+	const limit = 2000
+	var words strings.Builder
+	for i := 0; words.Len() < 80<<10; i++ {
+		fmt.Fprintf(&words, "clause %d of the agreement binds party %d to deliver item %d\n", i, i%7, i*31%1000)
+	}
+	big := words.String()
+	pdf := base64.StdEncoding.EncodeToString(onePagePDF(big))
+	junk := func(s string) string { // a '!' every 40 characters: Python's and Node's decoders skip it
+		var b strings.Builder
+		for i := 0; i < len(s); i += 40 {
+			b.WriteString(s[i:min(i+40, len(s))])
+			b.WriteByte('!')
+		}
+		return b.String()
+	}
+	chatFile := func(fileData string) string {
+		return `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"file","file":{"file_data":` + q(fileData) + `}}]}]}`
+	}
+	type dress struct {
+		name, ct string
+		format   tokens.Format
+		body     string
+	}
+	mpRaw := func(disposition, ctype, content string) (string, string) {
+		body := "--b\r\nContent-Disposition: form-data; name=\"message\"\r\n\r\nsummarise\r\n" +
+			"--b\r\nContent-Disposition: " + disposition + "\r\n"
+		if ctype != "" {
+			body += "Content-Type: " + ctype + "\r\n"
+		}
+		return body + "\r\n" + content + "\r\n--b--\r\n", "multipart/form-data; boundary=b"
+	}
+	utf16 := func(s string) string {
+		var b strings.Builder
+		b.WriteString("\xff\xfe")
+		for _, c := range s {
+			b.WriteByte(byte(c))
+			b.WriteByte(0)
+		}
+		return b.String()
+	}
+	var dresses []dress
+	for _, prefix := range []string{"DATA:application/pdf;base64,", "data:application/pdf; base64,", "data:application/pdf;base64 ,",
+		"data:application/pdf;base64;x=y,", " data:application/pdf;base64,", "data:text/plain;base64,"} {
+		dresses = append(dresses, dress{"data URL " + q(prefix), "", tokens.FormatChat, chatFile(prefix + pdf)})
+	}
+	dresses = append(dresses,
+		dress{"junk in declared base64", "", tokens.FormatChat, chatFile("data:application/pdf;base64," + junk(pdf))},
+		dress{"junk in an Anthropic base64 source", "", tokens.FormatMessages,
+			`{"model":"claude-sonnet-4","messages":[{"role":"user","content":[{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":` + q(junk(pdf)) + `}}]}]}`},
+		dress{"form that is also JSON", "application/x-www-form-urlencoded", tokens.FormatSeedChat,
+			`{"x":"&message=` + url.QueryEscape(big) + `&"}`},
+		dress{"/api/chat unknown member", "", tokens.FormatSeedChat, `{"message":"x","context":` + q(big) + `}`},
+		dress{"/api/chat attachments", "", tokens.FormatSeedChat, `{"message":"x","attachments":[{"content":` + q(big) + `}]}`},
+		dress{"tools type value", "", tokens.FormatChat,
+			`{"model":"gpt-4o","messages":[],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":` + q(big) + `}}}]}`},
+		dress{"form model of another provider", "application/x-www-form-urlencoded", tokens.FormatSeedChat,
+			"model=llama-3&message=" + url.QueryEscape(strings.Repeat(" ", 7200))},
+		dress{"remote documents", "", tokens.FormatMessages,
+			`{"model":"claude-sonnet-4","messages":[{"role":"user","content":[` + strings.Repeat(`{"type":"document","source":{"type":"url","url":"https://x/a.pdf"}},`, 19) +
+				`{"type":"document","source":{"type":"url","url":"https://x/a.pdf"}}]}]}`},
+	)
+	for _, c := range []struct{ name, disp, ctype, content string }{
+		{"unquoted filename with a space", `form-data; name="file"; filename=a b.pdf`, "application/pdf", string(onePagePDF(big))},
+		{"UTF-16 text file, no type", `form-data; name="file"; filename="a.txt"`, "", utf16(big)},
+		{"text labelled image/png", `form-data; name="file"; filename="a.png"`, "image/png", big},
+		{"text labelled audio/wav", `form-data; name="file"; filename="a.wav"`, "audio/wav", big},
+	} {
+		body, ct := mpRaw(c.disp, c.ctype, c.content)
+		dresses = append(dresses, dress{"multipart: " + c.name, ct, tokens.FormatSeedChat, body})
+	}
+	for _, d := range dresses {
+		ct := d.ct
+		if ct == "" {
+			ct = "application/json"
+		}
+		est, err := tk.Estimate(tokens.Request{Format: d.format, ContentType: ct, Body: strings.NewReader(d.body), Size: int64(len(d.body))}, limit)
+		if err != nil || est.Tokens <= limit {
+			t.Errorf("%s: %+v %v", d.name, est, err)
+		}
+	}
+	// Two model fields in a form or a multipart body are refused, as in JSON.
+	for _, c := range [][2]string{
+		{"application/x-www-form-urlencoded", "model=gpt-4o&message=hi&model=llama-3"},
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\ngpt-4o\r\n--b\r\nContent-Disposition: form-data; name=\"Model\"\r\n\r\nllama-3\r\n--b--\r\n"},
+		{"text/plain", `{"model":"gpt-4o","model":"llama-3","prompt":"hi"}`},
+	} {
+		_, err := tk.Estimate(tokens.Request{Format: tokens.FormatSeedChat, ContentType: c[0], Body: strings.NewReader(c[1]), Size: int64(len(c[1]))}, limit)
+		if !errors.Is(err, tokens.ErrInvalid) || !strings.Contains(err.Error(), `duplicate member "model"`) {
+			t.Errorf("%s: %v", c[0], err)
+		}
+	}
+	// A replayed generated image costs an image, not its base64 as text.
+	var png bytes.Buffer
+	png.WriteString("\x89PNG\r\n\x1a\n")
+	png.Write(bytes.Repeat([]byte{0}, 200<<10))
+	body := `{"model":"gpt-4.1","input":[{"type":"image_generation_call","id":"ig_1","status":"completed","result":"` + base64.StdEncoding.EncodeToString(png.Bytes()) + `"},{"role":"user","content":"thanks"}]}`
+	if est := estimate(t, tokens.FormatResponses, "application/json", body, limit); est.Tokens > limit {
+		t.Errorf("a replayed generated image: %+v", est)
+	}
+}

@@ -107,7 +107,7 @@ func (w *walker) top() error {
 		name := w.fold(key)
 		if bit, ok := decidedIndex[name]; ok {
 			if seen&(1<<bit) != 0 {
-				return &InvalidError{msg: "duplicate member \"" + DecidedMembers[bit] + "\""}
+				return &InvalidError{msg: "duplicate member \"" + DecidedMembers[bit] + "\"", final: true}
 			}
 			seen |= 1 << bit
 			return w.j.skip()
@@ -125,6 +125,11 @@ func (w *walker) top() error {
 			return w.tools(name == "functions")
 		case topImages:
 			return w.images()
+		}
+		if (w.format == FormatSeedChat || w.format == FormatGeneric) && !formParams[name] {
+			// /api/chat's fields, and any protected path of no known API:
+			// every member but the parameters is text the model may read.
+			return w.content()
 		}
 		return w.j.skip()
 	})
@@ -235,7 +240,15 @@ func (w *walker) part(msg bool) error {
 		switch pk {
 		case partMeta:
 			if k == '"' {
+				if name := w.fold(key); name == "file_id" || name == "file_url" {
+					ps.storedFile = true
+				}
 				return w.j.skip()
+			}
+		case partResult:
+			if k == '"' {
+				ps.result, err = w.readBlob(blobFile)
+				return err
 			}
 		case partType:
 			if k == '"' {
@@ -322,8 +335,8 @@ func (w *walker) rawAsText() error {
 
 // schema reads a JSON schema (or any value the model is shown as JSON):
 // every member name and every string counts. In a tools array (tools),
-// the names of the tool format itself and the values of "type" do not:
-// the published formula prices those.
+// the names of the tool format's own members do not: the published
+// formula prices those.
 func (w *walker) schema(tools bool) error {
 	k, err := w.j.kind()
 	if err != nil {
@@ -340,15 +353,13 @@ func (w *walker) schema(tools bool) error {
 		defer func() { w.j.fullKeys = full }()
 		return w.j.object(func(key []byte) error {
 			name := w.fold(key)
-			if tools && toolFormatMembers[name] {
-				if k, err := w.j.kind(); err != nil || name == "type" && k == '"' {
-					if err != nil {
-						return err
-					}
-					return w.j.skip()
+			// A tool format's own member names are priced by the formula;
+			// everything else, every value included, is text the model is
+			// shown (templates render the tools JSON as it is).
+			if !tools || !toolFormatMembers[name] {
+				if err := w.m.valueBytes(key); err != nil {
+					return err
 				}
-			} else if err := w.m.valueBytes(key); err != nil {
-				return err
 			}
 			return w.schema(tools)
 		})

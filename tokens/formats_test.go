@@ -102,9 +102,11 @@ func TestFormats(t *testing.T) {
 			n(t, m, "Rules.") + n(t, m, "user") + n(t, m, "go")},
 		{"seed /api/chat JSON", tokens.FormatSeedChat,
 			`{"message":"Analizza questo contratto","system":"You are a legal assistant"}`,
-			n(t, m, "Analizza questo contratto") + n(t, m, "You are a legal assistant")}, // +50 is multipart's
-		{"unknown shape: found fields only", tokens.FormatGeneric,
-			`{"foo":{"prompt":"nested is not read"},"prompt":"top level is","n":3}`, n(t, m, "top level is")},
+			n(t, "gpt-4", "Analizza questo contratto") + n(t, "gpt-4", "You are a legal assistant")}, // +50 is multipart's; no model: cl100k_base
+		{"unknown API: every member but the parameters", tokens.FormatGeneric,
+			`{"foo":{"prompt":"nested is read"},"prompt":"top level is","n":3,"temperature":"0.5"}`, n(t, "gpt-4", "nested is read") + n(t, "gpt-4", "top level is")},
+		{"OpenAI shape: unknown top-level members are parameters", tokens.FormatChat,
+			`{"model":"gpt-4o","metadata":{"note":"not shown to the model"},"user":"u1","messages":[]}`, 3},
 		{"not an object", tokens.FormatChat, `[1,2,3]`, 0},
 		{"messages not an array", tokens.FormatChat, `{"messages":null,"prompt":"p"}`, n(t, m, "p")},
 		{"anthropic messages not an array", tokens.FormatMessages, `{"messages":{},"system":"s"}`, n(t, m, "s")},
@@ -205,7 +207,8 @@ func TestEncodingByModel(t *testing.T) {
 	for model, want := range map[string]string{
 		"gpt-4o": tokens.O200KBase, "gpt-4o-mini-2024-07-18": tokens.O200KBase, "gpt-4.1": tokens.O200KBase, "gpt-5": tokens.O200KBase,
 		"o1": tokens.O200KBase, "o3-mini": tokens.O200KBase, "o4-mini": tokens.O200KBase, "chatgpt-4o-latest": tokens.O200KBase,
-		"": tokens.O200KBase, "some-unknown-model": tokens.O200KBase, "openai/gpt-4o": tokens.O200KBase,
+		"": tokens.CL100KBase, "some-unknown-model": tokens.Heuristic, "us.anthropic.claude-sonnet-4-20250514-v1:0": tokens.Heuristic,
+		"codellama:13b": tokens.Heuristic, "open-mixtral-8x22b": tokens.Heuristic, "phi3:mini": tokens.Heuristic, "azure/gpt-4o": tokens.O200KBase, "openai/gpt-4o": tokens.O200KBase,
 		"gpt-4": tokens.CL100KBase, "gpt-4-turbo": tokens.CL100KBase, "gpt-4-0613": tokens.CL100KBase, "gpt-3.5-turbo": tokens.CL100KBase,
 		"text-embedding-3-large": tokens.CL100KBase, "text-embedding-ada-002": tokens.CL100KBase,
 		"claude-3-5-sonnet-latest": tokens.Heuristic, "anthropic/claude-opus-4": tokens.Heuristic, "meta-llama/Llama-3.1-8B": tokens.Heuristic,

@@ -51,7 +51,12 @@ const maxDepth = 256
 
 // InvalidError is a body that cannot be parsed. Its message says where and
 // why, never what the body contained.
-type InvalidError struct{ msg string }
+type InvalidError struct {
+	msg string
+	// final: the body is refused whatever its type says (a repeated
+	// decided member), never re-read as text.
+	final bool
+}
 
 func (e *InvalidError) Error() string { return e.msg }
 

@@ -19,6 +19,18 @@ var formParams = map[string]bool{"model": true, "stream": true, "temperature": t
 	"max_tokens": true, "max_completion_tokens": true, "max_output_tokens": true, "n": true, "seed": true, "user": true,
 	"frequency_penalty": true, "presence_penalty": true}
 
+// isFile reports whether a part is a file: it names a filename, even in a
+// Content-Disposition Go's parser rejects (filename=a b.pdf unquoted), as
+// lenient parsers (python-multipart, busboy) read it.
+func isFile(part *multipart.Part) bool {
+	return part.FileName() != "" || strings.Contains(strings.ToLower(part.Header.Get("Content-Disposition")), "filename")
+}
+
+func isModelField(name string) bool {
+	var buf [16]byte
+	return string(fold([]byte(name), buf[:0])) == "model"
+}
+
 // isTextField reports whether a form field's value counts.
 func isTextField(name string) bool {
 	var buf [64]byte
@@ -60,8 +72,7 @@ func multipartModel(r io.Reader, boundary string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		var buf [16]byte
-		if p.FileName() == "" && string(fold([]byte(p.FormName()), buf[:0])) == "model" {
+		if !isFile(p) && isModelField(p.FormName()) {
 			b, err := io.ReadAll(io.LimitReader(p, 256))
 			if err != nil {
 				return "", &InvalidError{msg: "invalid multipart body: truncated part"}
@@ -80,6 +91,7 @@ func countMultipart(r io.Reader, boundary string, p pricing, m *meter) error {
 	if err != nil {
 		return err
 	}
+	sawModel := false
 	for {
 		part, err := nextPart(mr)
 		if err == io.EOF {
@@ -88,8 +100,14 @@ func countMultipart(r io.Reader, boundary string, p pricing, m *meter) error {
 		if err != nil {
 			return err
 		}
+		if !isFile(part) && isModelField(part.FormName()) {
+			if sawModel {
+				return &InvalidError{msg: "duplicate member \"model\"", final: true}
+			}
+			sawModel = true
+		}
 		switch {
-		case part.FileName() != "":
+		case isFile(part):
 			err = countFile(part, p, m)
 		case isTextField(part.FormName()):
 			err = countText(part, m)
@@ -170,27 +188,46 @@ func countFile(part *multipart.Part, p pricing, m *meter) error {
 	}
 }
 
-// fileKind classifies a file by its declared type, else its first bytes:
-// "text", "image", "pdf", "audio" or "binary".
+// fileKind classifies a file: "text", "image", "pdf", "audio" or
+// "binary". The bytes' own signature wins over the declared type (a PDF
+// sent as text/plain is a PDF to an upstream that sniffs it); a declared
+// image, audio or PDF whose bytes are plain text is text; then the
+// declared type; then the bytes again.
 func fileKind(mediaType string, head []byte) string {
+	switch {
+	case bytes.HasPrefix(head, []byte("%PDF-")):
+		return "pdf"
+	case bytes.HasPrefix(head, []byte("\x89PNG")), bytes.HasPrefix(head, []byte("\xff\xd8\xff")),
+		bytes.HasPrefix(head, []byte("GIF8")), len(head) >= 12 && string(head[:4]) == "RIFF" && string(head[8:12]) == "WEBP":
+		return "image"
+	case len(head) >= 12 && string(head[:4]) == "RIFF" && string(head[8:12]) == "WAVE",
+		bytes.HasPrefix(head, []byte("ID3")), bytes.HasPrefix(head, []byte("OggS")), bytes.HasPrefix(head, []byte("fLaC")),
+		len(head) >= 8 && string(head[4:8]) == "ftyp", bytes.HasPrefix(head, []byte("\x1a\x45\xdf\xa3")):
+		return "audio"
+	case bytes.HasPrefix(head, []byte("\xff\xfe")), bytes.HasPrefix(head, []byte("\xfe\xff")):
+		return "text" // UTF-16 with its byte order mark: counted as its bytes, which costs more
+	}
+	declared := ""
 	switch {
 	case strings.HasPrefix(mediaType, "text/"), mediaType == "application/json", strings.HasSuffix(mediaType, "+json"),
 		mediaType == "application/xml", strings.HasSuffix(mediaType, "+xml"), mediaType == "application/x-yaml",
 		mediaType == "application/yaml", mediaType == "application/javascript", mediaType == "application/x-ndjson":
 		return "text"
-	case mediaType == "application/pdf", bytes.HasPrefix(head, []byte("%PDF-")):
-		return "pdf"
-	case strings.HasPrefix(mediaType, "image/"), bytes.HasPrefix(head, []byte("\x89PNG")), bytes.HasPrefix(head, []byte("\xff\xd8\xff")),
-		bytes.HasPrefix(head, []byte("GIF8")), len(head) >= 12 && string(head[:4]) == "RIFF" && string(head[8:12]) == "WEBP":
-		return "image"
-	case strings.HasPrefix(mediaType, "audio/"), len(head) >= 12 && string(head[:4]) == "RIFF" && string(head[8:12]) == "WAVE",
-		bytes.HasPrefix(head, []byte("ID3")), bytes.HasPrefix(head, []byte("OggS")), bytes.HasPrefix(head, []byte("fLaC")),
-		len(head) >= 2 && head[0] == 0xFF && head[1]&0xE0 == 0xE0 && mediaType == "":
-		return "audio"
-	case mediaType == "" || mediaType == "application/octet-stream":
-		if looksLikeText(head) {
-			return "text"
-		}
+	case mediaType == "application/pdf":
+		declared = "pdf"
+	case strings.HasPrefix(mediaType, "image/"):
+		declared = "image"
+	case strings.HasPrefix(mediaType, "audio/"), strings.HasPrefix(mediaType, "video/"):
+		declared = "audio"
+	}
+	if looksLikeText(head) && len(head) > 0 {
+		return "text"
+	}
+	if declared != "" {
+		return declared
+	}
+	if len(head) >= 4 && head[0] == 0xFF && head[1]&0xE0 == 0xE0 && head[1] != 0xFE && mediaType == "" {
+		return "audio" // an MPEG audio frame header
 	}
 	return "binary"
 }
@@ -219,6 +256,36 @@ func rawImageSize(data []byte) (int, int) {
 		}
 	}
 	return 0, 0
+}
+
+// formModel returns a URL-encoded form's model field ("" if none); a form
+// of more than 1 MiB is not parsed (its model is not read) and one with
+// two model fields is refused, as a JSON body with two is.
+func formModel(r io.Reader, size int64) (string, error) {
+	if size > 1<<20 {
+		return "", nil
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return "", err
+	}
+	vals, err := url.ParseQuery(string(b))
+	if err != nil {
+		return "", nil // not a form: counted as text
+	}
+	var model []string
+	for k, vs := range vals {
+		if isModelField(k) {
+			model = append(model, vs...)
+		}
+	}
+	if len(model) > 1 {
+		return "", &InvalidError{msg: "duplicate member \"model\"", final: true}
+	}
+	if len(model) == 1 {
+		return strings.TrimSpace(model[0]), nil
+	}
+	return "", nil
 }
 
 // countForm counts a URL-encoded form's text fields; a form too large to

@@ -91,9 +91,11 @@ func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
 			model, err = jsonModel(open())
 		case bodyMultipart:
 			model, err = multipartModel(open(), params["boundary"])
+		case bodyForm:
+			model, err = formModel(open(), req.Size)
 		}
 		var inv *InvalidError
-		if kind == bodyJSON && !isJSONType(mediaType) && errors.As(err, &inv) {
+		if kind == bodyJSON && !isJSONType(mediaType) && errors.As(err, &inv) && !inv.final {
 			kind, err = bodyText, nil // it only looked like JSON
 		}
 		if err != nil {
@@ -120,11 +122,21 @@ func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
 		err = m.add(SeedOverhead)
 	}
 	var inv *InvalidError
-	if kind == bodyJSON && errors.As(err, &inv) && !isJSONType(mediaType) {
+	if kind == bodyJSON && errors.As(err, &inv) && !inv.final && !isJSONType(mediaType) {
 		// It only looked like JSON, and its type never said it was: the
 		// model reads it as text.
 		m = &meter{c: c, limit: limit}
 		err = countText(open(), m)
+	}
+	if kind == bodyJSON && mediaType == "application/x-www-form-urlencoded" && !errors.As(err, &inv) {
+		// JSON sent as a form (curl -d) is also a form to a form parser:
+		// {"x":"&message=…&"} holds a message field. The larger reading
+		// counts.
+		fm := &meter{c: c, limit: limit}
+		ferr := countForm(open(), req.Size, fm)
+		if fm.total > m.total {
+			m, err = fm, ferr
+		}
 	}
 	est := Estimate{Tokens: m.total, Model: model, Encoding: c.Name(), Stopped: errors.Is(err, errStop)}
 	if err != nil && !est.Stopped {

@@ -51,6 +51,10 @@ var topMembers = map[string]topMember{
 	"text":            topSchema, // Responses: text.format
 	"format":          topSchema, // Ollama: "json" or a schema
 	"images":          topImages, // Ollama generate
+	"template":        topContent, // Ollama generate: the prompt template
+	"context":         topPrompt,  // Ollama generate: token ids of the conversation so far
+	"documents":       topContent, // vLLM and Cohere-style retrieval documents
+	"chat_template":   topContent, // vLLM: the template the messages are rendered with
 }
 
 // DecidedMembers are the top-level members the proxy decides on (the
@@ -89,6 +93,7 @@ const (
 	partRaw                      // counted as its JSON text, member names included (tool_use input)
 	partFormat                   // a string is metadata (an audio format); an object is a schema
 	partFilename                 // counted, and remembered to classify a file
+	partResult                   // text, or a generated image when the part is an image_generation_call
 )
 
 // partKeys holds the content members that are not plain text, by folded
@@ -114,6 +119,8 @@ var partKeys = map[string]partKey{
 	"input":             partRaw,
 	"format":            partFormat,
 	"filename":          partFilename,
+	"result":            partResult,
+	"file_url":          partMeta, // a remote file the proxy does not fetch (costed as a page)
 }
 
 func partKeyOf(folded string) partKey {

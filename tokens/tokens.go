@@ -45,41 +45,46 @@ type counter interface {
 	Name() string
 }
 
-// cl100kPrefixes are the model families on cl100k_base; every other
-// OpenAI model, and any unknown model, is counted with o200k_base.
-var cl100kPrefixes = []string{"gpt-4-", "gpt-3.5", "gpt-35", "text-embedding-", "ft:gpt-4-", "ft:gpt-3.5"}
-
-// otherProviders are model prefixes of non-OpenAI families, whose
-// tokenizers are not public: they get the character heuristic.
-var otherProviders = []string{"claude", "anthropic", "llama", "meta-llama", "mistral", "mixtral", "codestral", "gemini", "gemma",
-	"qwen", "deepseek", "command", "phi-", "yi-", "grok", "nova", "titan", "jamba"}
+// The encodings of OpenAI's model families (SPEC §4.4). A model of any
+// other name — another provider's (claude, llama, mistral, gemini, …,
+// under whatever naming a gateway gives it: "us.anthropic.claude-…",
+// "codellama:13b"), a deployment name, or none — is counted as another
+// provider's: cl100k_base, never below ⌈characters ÷ 3.5⌉; a body that
+// names no model, with cl100k_base. An allow-list
+// of OpenAI's names, not a list of everyone else's, so that an unfamiliar
+// name can only cost more.
+var (
+	o200kPrefixes = []string{"gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "gpt-oss", "gpt-realtime", "gpt-audio", "gpt-image",
+		"chatgpt-4o", "o1", "o3", "o4", "codex-", "computer-use", "ft:gpt-4o", "ft:gpt-4.1", "ft:o"}
+	cl100kPrefixes = []string{"gpt-4", "gpt-3.5", "gpt-35", "text-embedding-", "ft:gpt-4", "ft:gpt-3.5", "davinci", "babbage"}
+)
 
 // EncodingName returns what a model's text is counted with: o200k_base,
-// cl100k_base or the heuristic.
+// cl100k_base or Heuristic.
 func (t *Tokenizer) EncodingName(model string) string { return t.counterFor(model).Name() }
 
 func (t *Tokenizer) counterFor(model string) counter {
 	m := strings.ToLower(strings.TrimSpace(model))
+	if m == "" {
+		return t.cl100k // no model named (the seed's /api/chat): SPEC §4.4's "cl100k_base otherwise"
+	}
 	if i := strings.LastIndexByte(m, '/'); i >= 0 { // "openai/gpt-4o", "anthropic/claude-3"
-		if strings.HasPrefix(m, "anthropic/") {
+		if !strings.HasPrefix(m, "openai/") && !strings.HasPrefix(m, "azure/") {
 			return t.other
 		}
 		m = m[i+1:]
 	}
-	if m == "gpt-4" || m == "gpt-3.5-turbo" {
-		return t.cl100k
+	for _, p := range o200kPrefixes { // before cl100k's "gpt-4"
+		if strings.HasPrefix(m, p) {
+			return t.o200k
+		}
 	}
 	for _, p := range cl100kPrefixes {
 		if strings.HasPrefix(m, p) {
 			return t.cl100k
 		}
 	}
-	for _, p := range otherProviders {
-		if strings.HasPrefix(m, p) {
-			return t.other
-		}
-	}
-	return t.o200k
+	return t.other
 }
 
 // Count counts text as model's tokenizer would, stopping past limit
