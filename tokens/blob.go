@@ -51,7 +51,7 @@ type partState struct {
 	imageCosted                              bool  // its cost is added already (an Anthropic source)
 	files                                    []*blob
 	result                                   *blob // a "result": text, or a generated image (image_generation_call)
-	storedFile                               bool   // a file_id or file_url: a file the proxy cannot see
+	storedFile                               bool  // a file_id or file_url: a file the proxy cannot see
 }
 
 // readBlob reads a string value as a blob.

@@ -47,10 +47,10 @@ var topMembers = map[string]topMember{
 	"tools":        topTools,
 	"functions":    topTools,
 	// Structured-output schemas: the model is shown them.
-	"response_format": topSchema, // chat completions
-	"text":            topSchema, // Responses: text.format
-	"format":          topSchema, // Ollama: "json" or a schema
-	"images":          topImages, // Ollama generate
+	"response_format": topSchema,  // chat completions
+	"text":            topSchema,  // Responses: text.format
+	"format":          topSchema,  // Ollama: "json" or a schema
+	"images":          topImages,  // Ollama generate
 	"template":        topContent, // Ollama generate: the prompt template
 	"context":         topPrompt,  // Ollama generate: token ids of the conversation so far
 	"documents":       topContent, // vLLM and Cohere-style retrieval documents
