@@ -151,7 +151,9 @@ func oversizedFile(contentType string, body io.ReaderAt, size, maxFile int64) (b
 		if err != nil {
 			return false, errors.New("invalid multipart body: truncated part")
 		}
-		if n > maxFile && p.FileName() != "" {
+		// A part naming a filename is a file even when Go's parser rejects
+		// the name (filename=a b.pdf, unquoted): lenient parsers read it.
+		if n > maxFile && (p.FileName() != "" || strings.Contains(strings.ToLower(p.Header.Get("Content-Disposition")), "filename")) {
 			return true, nil
 		}
 		if n > maxFile { // a huge non-file field: skip the rest of it

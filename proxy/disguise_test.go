@@ -398,6 +398,18 @@ func TestCompressedBodyIs415(t *testing.T) {
 	if w, _ := do("/api/chat", nil); w.Header().Get("X-RateLimit-Remaining") != strconv.Itoa(100-12-2-1) {
 		t.Errorf("remaining %q after 14 refused 415s", w.Header().Get("X-RateLimit-Remaining"))
 	}
+	// Content_Encoding, which CGI and WSGI servers read as Content-Encoding.
+	{
+		body := &tripwire{r: strings.NewReader(`{"message":"hi"}`)}
+		r := httptest.NewRequest(http.MethodPost, "/api/chat", body)
+		r.RemoteAddr = "203.0.113.7:1"
+		r.Header["Content_encoding"] = []string{"gzip"}
+		w := httptest.NewRecorder()
+		f.handler.ServeHTTP(w, r)
+		if w.Code != 415 || body.read.Load() {
+			t.Errorf("Content_Encoding: gzip: %d %s", w.Code, w.Body)
+		}
+	}
 	n := f.upstream.Load()
 	for _, enc := range [][]string{{"identity"}, {"Identity"}, {""}, {"identity, identity"}} {
 		if w, read := do("/v1/chat/completions", enc); w.Code != 200 || !read {

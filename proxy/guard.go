@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -51,7 +52,8 @@ func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time) bool {
 // that copy, byte for byte. A compressed body is refused before any byte
 // of it is read (SPEC §4.6): the caps would count the compressed bytes.
 func (p *Proxy) guardBody(x *exchange, r *http.Request, c caller, now time.Time) bool {
-	if ce := r.Header["Content-Encoding"]; len(ce) > 0 && !identityOnly(ce) {
+	// Content_Encoding: CGI and WSGI servers read the _ spelling as the same header.
+	if ce := slices.Concat(r.Header["Content-Encoding"], r.Header["Content_encoding"]); len(ce) > 0 && !identityOnly(ce) {
 		x.decision = decUnsupportedEncoding
 		p.log.Info("request denied", "rule", "content_encoding", "key", "caller="+c.logged(), "path", r.URL.Path)
 		x.Header()["Accept-Encoding"] = []string{"identity"}

@@ -16,7 +16,9 @@ import (
 
 // methodOverrideHeaders name a request's method for frameworks that honour
 // them (Rails, Express's method-override, ASP.NET, Google APIs).
-var methodOverrideHeaders = [...]string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+var methodOverrideHeaders = [...]string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override",
+	// The _ spellings, which CGI and WSGI servers read as the same header.
+	"X_http_method_override", "X_http_method", "X_method_override"}
 
 // postLike reports whether r may be a POST to the upstream: its method is
 // POST in any case, or an override header names POST. A POST whose
@@ -96,10 +98,12 @@ func (rs *routes) match(r *http.Request) (*protectedRoute, string) {
 		return rs.matchPatterns(p), p
 	}
 	// Every reading a router could take: decoding everything first
-	// (%2F and \ become separators), and the servlet reading (;
-	// parameters cut from each raw segment, each decoded on its own, an
-	// encoded slash kept inside its segment).
-	for _, c := range [...]string{decodedReading(p), servletReading(r.URL.EscapedPath())} {
+	// (%2F and \ become separators), the servlet reading (; parameters
+	// cut from each raw segment, each decoded on its own, an encoded
+	// slash kept inside its segment), and the reading of routers that
+	// match raw segments ({name} in Go's ServeMux, Express's :param),
+	// where an encoded "." or ".." is a name like any other.
+	for _, c := range [...]string{decodedReading(p), servletReading(r.URL.EscapedPath()), segmentReading(r.URL.EscapedPath())} {
 		if rt := rs.lookup(c); rt != nil {
 			return rt, c
 		}
@@ -193,8 +197,26 @@ func decodedReading(p string) string {
 
 // servletReading reads an escaped path as a servlet container would:
 // split on /, cut each segment's ; parameters, then decode each segment
-// (until nothing changes) without making new segments.
-func servletReading(escaped string) string {
+// (until nothing changes) without making new segments: a slash decoded
+// inside a segment stays in it (as %2f, so that it cannot split it).
+func servletReading(escaped string) string { return clean(decodeSegments(escaped)) }
+
+// segmentReading reads an escaped path as a router matching raw segments
+// does: decoded segments as in servletReading, empty ones dropped, but
+// "." and ".." not resolved.
+func segmentReading(escaped string) string {
+	out := []string{}
+	for _, s := range decodeSegments(escaped) {
+		if s, _, _ = strings.Cut(s, ";"); s != "" {
+			out = append(out, fold(s))
+		}
+	}
+	return "/" + strings.Join(out, "/")
+}
+
+// decodeSegments splits an escaped path on / and decodes each segment
+// until nothing changes, its ; parameters cut first.
+func decodeSegments(escaped string) []string {
 	segs := strings.Split(escaped, "/")
 	for i, s := range segs {
 		s, _, _ = strings.Cut(s, ";")
@@ -205,9 +227,9 @@ func servletReading(escaped string) string {
 			}
 			s = d
 		}
-		segs[i] = s
+		segs[i] = strings.ReplaceAll(s, "/", "%2f")
 	}
-	return clean(segs)
+	return segs
 }
 
 // clean joins segments into a canonical path: ; parameters cut, empty and

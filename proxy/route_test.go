@@ -84,6 +84,12 @@ func TestRouteMatching(t *testing.T) {
 		{"/OpenAI/deployments/my%20dep/chat/completions;v=1", "/openai/deployments/*/chat/completions"},
 		{"/openai/deployments/chat/completions", ""},
 		{"/openai/deployments/a/b/chat/completions", ""},
+		// Routers matching raw segments take an encoded slash, "." or ".."
+		// for the deployment name.
+		{"/openai/deployments/gpt%2F4o/chat/completions", "/openai/deployments/*/chat/completions"},
+		{"/openai/deployments/meta-llama%2FLlama-3-8B/chat/completions", "/openai/deployments/*/chat/completions"},
+		{"/openai/deployments/%2e%2e/chat/completions", "/openai/deployments/*/chat/completions"},
+		{"/openai/deployments/./chat/completions", "/openai/deployments/*/chat/completions"},
 		{"/v2", "/v2/*"},
 		{"/v2/", "/v2/*"},
 		{"/v2/anything/deeper", "/v2/*"},
@@ -119,6 +125,7 @@ func TestPostLike(t *testing.T) {
 		{"GET", []string{"X-HTTP-Method-Override", "GET, POST"}, true},
 		{"POST", []string{"X-HTTP-Method-Override", "GET"}, true}, // the upstream may ignore the override
 		{"GET", []string{"X-HTTP-Method-Override", "PUT"}, false},
+		{"GET", []string{"X_HTTP_METHOD_OVERRIDE", "POST"}, true}, // read as the same header by CGI and WSGI servers
 		{"GET", []string{"X-Override", "POST"}, false},
 	}
 	for _, tt := range tests {
