@@ -16,6 +16,11 @@
 #   KEYS=100000       distinct caller keys (redis-benchmark -r, redisload -keys)
 #   LIMIT=1000000000  the rule's limit per minute: the default admits and
 #                     records every decision; 20 (with few KEYS) refuses most
+#   MODE=admitted     refused: every decision is a refusal over a full window
+#                     (defaults KEYS=1 LIMIT=1000 PREFILL=LIMIT), the
+#                     over-limit caller's hot path
+#   PREFILL=0         before each run, admit this many decisions on every key
+#                     (KEYS of them) with the same script
 #   CONTENDERS="benchmark store"
 #                     benchmark: redis-benchmark EVALSHA (the floor)
 #                     store:     redisload, limits.Redis.Decide + NewRedisClient
@@ -30,8 +35,19 @@ set -euo pipefail
 ROUNDS=${ROUNDS:-3}
 N=${N:-200000}
 C=${C:-64}
+MODE=${MODE:-admitted}
+case $MODE in
+admitted) ;;
+refused)
+	KEYS=${KEYS:-1}
+	LIMIT=${LIMIT:-1000}
+	PREFILL=${PREFILL:-$LIMIT}
+	;;
+*) echo "redis.sh: MODE must be admitted or refused, got '$MODE'" >&2 && exit 1 ;;
+esac
 KEYS=${KEYS:-100000}
 LIMIT=${LIMIT:-1000000000}
+PREFILL=${PREFILL:-0}
 CONTENDERS=${CONTENDERS:-benchmark store}
 POOL=${POOL:-0}
 REDISLOAD_ARGS=${REDISLOAD_ARGS:-}
@@ -126,9 +142,23 @@ timed() {
 	)
 }
 
+# prefill: admit PREFILL decisions on each of the KEYS keys, as a caller
+# who has spent its budget.
+prefill() {
+	((PREFILL > 0)) || return 0
+	local k key
+	for ((k = 0; k < KEYS; k++)); do
+		printf -v key '%012d' "$k"
+		"$REDIS_BENCHMARK" -h 127.0.0.1 -p "$PORT" -c 1 -n "$PREFILL" -q \
+			EVALSHA "$SHA" 2 "ratelimit-proxy:{chat_rpm|caller=ip:$key}:z" "ratelimit-proxy:{chat_rpm|caller=ip:$key}:h" \
+			1 0 "$LIMIT" "$WINDOW_US" 1 "$MAX_SLOTS" >/dev/null || die "prefill failed"
+	done
+}
+
 measure() { # measure ROUND CONTENDER
 	local round=$1 c=$2 out=$tmp/run-$1-$2.txt t0 t1 rate p50 p99
 	cli FLUSHALL >/dev/null
+	prefill
 	cli CONFIG RESETSTAT >/dev/null
 	log "round $round: $c"
 	t0=$(redis_ticks)
@@ -199,7 +229,7 @@ echo "## Redis store: decisions per second against redis-benchmark"
 echo
 echo "- $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -sr), ${cpu_model:-unknown CPU}, $(nproc) CPUs (shared by redis-server and the client)"
 echo "- $("$REDIS_SERVER" --version | awk '{print $1, $3}' | sed 's/v=//'), $("$REDIS_BENCHMARK" --version), $(go version | awk '{print $3}')"
-echo "- script limits/redis.lua, SHA1 $SHA; $N decisions per run, $C concurrent callers, $KEYS keys, limit $LIMIT per minute; $ROUNDS rounds (order alternates)"
+echo "- script limits/redis.lua, SHA1 $SHA; mode $MODE; $N decisions per run, $C concurrent callers, $KEYS keys, limit $LIMIT per minute, $PREFILL admissions per key before each run; $ROUNDS rounds (order alternates)"
 echo "- load average (1/5/15 min) before: $LOAD0, after: $LOAD1 (anything else running skews the rates)"
 echo "- redisload: GOMAXPROCS=${gomax:--}, pool size ${pool:--} (default: 10 × GOMAXPROCS)"
 echo "- redis CPU and client CPU: µs of utime+stime per decision; admitted: ZADD calls seen by the server"
@@ -238,6 +268,6 @@ if [[ -n ${RATE[store]:-} && -n ${RATE[benchmark]:-} ]]; then
 	echo
 	awk -v s="${RATE[store]}" -v b="${RATE[benchmark]}" 'BEGIN {
 		r = s / b
-		printf "**redisload / redis-benchmark decisions per second (medians): %.3f — %s the 0.80 target**\n", r, (r >= 0.8 ? "meets" : "misses")
+		printf "**redisload / redis-benchmark decisions per second (medians): %.3f — %s the 0.90 target**\n", r, (r >= 0.9 ? "meets" : "misses")
 	}'
 fi
