@@ -28,6 +28,7 @@ type Config struct {
 	FailOpen         string // FailOpenTrue, FailOpenFalse or FailOpenLocal
 	RateLimitEnabled bool
 	MaxTrackedKeys   int64
+	RefusalCacheSize int64
 	UpstreamTimeout  time.Duration
 	ShutdownTimeout  time.Duration
 	ErrorFormat      string
@@ -78,6 +79,7 @@ func Default() Config {
 		FailOpen:         FailOpenTrue,
 		RateLimitEnabled: true,
 		MaxTrackedKeys:   1_000_000,
+		RefusalCacheSize: 100_000,
 		UpstreamTimeout:  300 * time.Second,
 		ShutdownTimeout:  30 * time.Second,
 		ErrorFormat:      "auto",

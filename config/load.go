@@ -180,6 +180,7 @@ var settings = []setting{
 	failMode("fail_open", func(c *Config) *string { return &c.FailOpen }),
 	boolean("rate_limit_enabled", func(c *Config) *bool { return &c.RateLimitEnabled }),
 	integer("max_tracked_keys", func(c *Config) *int64 { return &c.MaxTrackedKeys }),
+	integer("refusal_cache_size", func(c *Config) *int64 { return &c.RefusalCacheSize }),
 	duration("upstream_timeout", func(c *Config) *time.Duration { return &c.UpstreamTimeout }),
 	duration("shutdown_timeout", func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
 	str("error_format", func(c *Config) *string { return &c.ErrorFormat }),

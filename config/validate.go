@@ -44,7 +44,8 @@ func (c *Config) Validate() error {
 	for _, n := range []struct {
 		key string
 		v   int64
-	}{{"chat_rpm", c.ChatRPM}, {"max_input_tokens", c.MaxInputTokens}, {"max_file_bytes", c.MaxFileBytes}, {"max_body_bytes", c.MaxBodyBytes}} {
+	}{{"chat_rpm", c.ChatRPM}, {"max_input_tokens", c.MaxInputTokens}, {"max_file_bytes", c.MaxFileBytes}, {"max_body_bytes", c.MaxBodyBytes},
+		{"refusal_cache_size", c.RefusalCacheSize}} {
 		if n.v < 0 {
 			bad(n.key, n.v, "must not be negative")
 		}

@@ -265,6 +265,17 @@ func clusterFailover(t *testing.T, c *redistest.Cluster, partial bool) {
 	if len(slow) > 0 {
 		t.Fatalf("%d decisions waited past the timeout: %v", len(slow), slow)
 	}
+	// The dead master's breaker closes when its probe finds the slots
+	// served elsewhere, which may come a moment after the first decision
+	// on the new master.
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		n := len(transitions)
+		mu.Unlock()
+		if n >= 2 {
+			break
+		}
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	for _, tr := range transitions {

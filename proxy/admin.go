@@ -85,3 +85,27 @@ func registerStoreStats(reg prometheus.Registerer, stats func() limits.MemorySta
 	}
 	return nil
 }
+
+// registerRefusalStats exports the memory of refusals: requests refused
+// from it, entries held, and entries dropped for room.
+func registerRefusalStats(reg prometheus.Registerer, stats func() limits.RememberStats) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ratelimit_proxy_refusal_cache_hits_total",
+			Help: "Requests refused from this instance's memory of refusals, without asking the store.",
+		}, func() float64 { return float64(stats().Hits) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ratelimit_proxy_refusal_cache_entries",
+			Help: "Refusals remembered (a refused rule and key, until its wait ends).",
+		}, func() float64 { return float64(stats().Entries) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ratelimit_proxy_refusal_cache_evictions_total",
+			Help: "Remembered refusals dropped for room (refusal_cache_size reached).",
+		}, func() float64 { return float64(stats().Evictions) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

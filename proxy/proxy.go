@@ -33,6 +33,9 @@ type Options struct {
 	// Stats reports the store's bookkeeping for the tracked-keys and
 	// eviction metrics; nil when the store keeps none.
 	Stats func() limits.MemoryStats
+	// Refusals reports the memory of refusals (limits.Remember) for its
+	// metrics; nil when it is off.
+	Refusals func() limits.RememberStats
 	// Transport replaces the tuned upstream transport (tests).
 	Transport http.RoundTripper
 	// Tokenizer counts input tokens; one is made when nil.
@@ -116,6 +119,11 @@ func New(o Options) (*Proxy, error) {
 	p.routes = newRoutes(c.ProtectedPaths, m)
 	if o.Stats != nil {
 		if err := registerStoreStats(o.Registerer, o.Stats); err != nil {
+			return nil, fmt.Errorf("registering metrics: %w", err)
+		}
+	}
+	if o.Refusals != nil {
+		if err := registerRefusalStats(o.Registerer, o.Refusals); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
 	}

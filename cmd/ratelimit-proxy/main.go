@@ -161,6 +161,13 @@ func serve(cfg config.Config, log *slog.Logger) error {
 		opts.Store, opts.StoreName = shared.store, "redis"
 		opts.StoreUp = func() bool { return shared.redis.Check(context.Background()) }
 	}
+	// Outermost: a remembered refusal is answered before the store (or its
+	// FAIL_OPEN fallback) is asked.
+	var remember *limits.Remember
+	if cfg.RefusalCacheSize > 0 {
+		remember = limits.NewRemember(opts.Store, int(cfg.RefusalCacheSize)).(*limits.Remember)
+		opts.Store, opts.Refusals = remember, remember.Stats
+	}
 	p, err := proxy.New(opts)
 	if err != nil {
 		return err
@@ -175,7 +182,7 @@ func serve(cfg config.Config, log *slog.Logger) error {
 		public.Close()
 		return err
 	}
-	go sweep(ctx, memory, log)
+	go sweep(ctx, memory, remember, log)
 
 	<-ctx.Done()
 	log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout)
@@ -215,15 +222,22 @@ func listen(addr string, h http.Handler, log *slog.Logger, name string) (*http.S
 	return srv, nil
 }
 
-// sweep drops idle counters every 10 s so memory follows active callers.
-func sweep(ctx context.Context, store *limits.Memory, log *slog.Logger) {
-	t := time.NewTicker(10 * time.Second)
+// sweep drops idle counters every 10 s so memory follows active callers,
+// and remembered refusals whose wait has ended every second.
+func sweep(ctx context.Context, store *limits.Memory, remember *limits.Remember, log *slog.Logger) {
+	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	for {
+	for i := 1; ; i++ {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
+			if remember != nil {
+				remember.Sweep(now)
+			}
+			if i%10 != 0 {
+				continue
+			}
 			if n := store.Sweep(now); n > 0 {
 				log.Debug("dropped idle rate-limit counters", "count", n)
 			}

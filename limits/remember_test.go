@@ -1,0 +1,179 @@
+package limits_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/redistest"
+	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
+)
+
+// counting is a store that counts the decisions it is asked for, and can
+// be made to fail.
+type counting struct {
+	limits.Store
+	calls atomic.Int64
+	down  atomic.Bool
+}
+
+func (c *counting) Decide(ctx context.Context, hits []limits.Hit, now time.Time, out []limits.Decision) (bool, error) {
+	c.calls.Add(1)
+	if c.down.Load() {
+		return false, limits.ErrUnavailable
+	}
+	return c.Store.Decide(ctx, hits, now, out)
+}
+
+func decideOne(s limits.Store, r *limits.Rule, key string, cost int64, now time.Time) (limits.Decision, error) {
+	out := make([]limits.Decision, 1)
+	_, err := s.Decide(context.Background(), []limits.Hit{{Rule: r, Key: limits.KeyOf("caller", key), Cost: cost}}, now, out)
+	return out[0], err
+}
+
+func TestRememberRefusals(t *testing.T) {
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			inner := &counting{Store: newStore(t)}
+			s := limits.NewRemember(inner, 1000)
+			r := rule(3, time.Minute)
+			t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+			for i := range 3 {
+				if d, err := decideOne(s, r, "k", 1, t0.Add(time.Duration(i)*time.Second)); err != nil || !d.Allowed {
+					t.Fatalf("admission %d: %+v %v", i, d, err)
+				}
+			}
+			first, err := decideOne(s, r, "k", 1, t0.Add(10*time.Second))
+			if err != nil || first.Allowed || first.RetryAfter != 50*time.Second {
+				t.Fatalf("the refusal: %+v %v", first, err)
+			}
+			asked := inner.calls.Load()
+			// The next requests are refused from memory, their times
+			// counted down, and the store is not asked — dead or alive.
+			inner.down.Store(true)
+			for i := 1; i <= 200; i++ {
+				now := t0.Add(10*time.Second + time.Duration(i)*200*time.Millisecond)
+				d, err := decideOne(s, r, "k", 1, now)
+				want := 50*time.Second - time.Duration(i)*200*time.Millisecond
+				if err != nil || d.Allowed || d.RetryAfter != want || d.Remaining != 0 || d.Limit != 3 || d.ResetAfter < d.RetryAfter {
+					t.Fatalf("request %d: %+v %v, want a refusal with %v to wait", i, d, err, want)
+				}
+			}
+			if n := inner.calls.Load() - asked; n != 0 {
+				t.Fatalf("the store was asked %d times for a remembered caller", n)
+			}
+			// A caller never refused still goes to the store (and fails with it).
+			if _, err := decideOne(s, r, "other", 1, t0.Add(20*time.Second)); !errors.Is(err, limits.ErrUnavailable) {
+				t.Fatalf("a caller never refused: %v", err)
+			}
+			inner.down.Store(false)
+			// A cheaper request, or the rule changed, is decided by the store.
+			before := inner.calls.Load()
+			decideOne(s, r, "k", 0, t0.Add(51*time.Second))
+			changed := rule(10, time.Minute)
+			if d, _ := decideOne(s, changed, "k", 1, t0.Add(52*time.Second)); !d.Allowed {
+				t.Fatalf("a rule raised to 10 still refuses from memory: %+v", d)
+			}
+			if inner.calls.Load()-before != 2 {
+				t.Fatalf("a cheaper request or a changed rule was answered from memory")
+			}
+			// When the wait ends, the store decides again: at 61 s the
+			// admissions at 0 s and 1 s have left the window; those at 2 s
+			// and 52 s (under the raised rule) remain.
+			if d, err := decideOne(s, r, "k", 1, t0.Add(61*time.Second)); err != nil || !d.Allowed || d.Remaining != 0 {
+				t.Fatalf("at the end of the wait: %+v %v", d, err)
+			}
+		})
+	}
+}
+
+func TestRememberForgetAndBounds(t *testing.T) {
+	inner := &counting{Store: limits.NewMemory(limits.MemoryOptions{})}
+	s := limits.NewRemember(inner, 32).(*limits.Remember)
+	r := rule(0, time.Minute) // refuses everything
+	now := time.Now()
+	for i := range 100 {
+		decideOne(s, r, fmt.Sprint(i), 1, now)
+	}
+	st := s.Stats()
+	if st.Entries > 32 || st.Evictions < 100-32 {
+		t.Fatalf("100 refusals in a memory of 32: %+v", st)
+	}
+	// A cost-0 limit never fits: the refusal waits a whole window.
+	decideOne(s, r, "f", 1, now)
+	before := inner.calls.Load()
+	decideOne(s, r, "f", 1, now)
+	if inner.calls.Load() != before {
+		t.Fatal("not remembered")
+	}
+	s.Forget(r.Name, limits.KeyOf("caller", "f"))
+	decideOne(s, r, "f", 1, now)
+	if inner.calls.Load() != before+1 {
+		t.Fatal("Forget did not forget the key")
+	}
+	s.Forget(r.Name, limits.Key{})
+	if st := s.Stats(); st.Entries != 0 {
+		t.Fatalf("Forget(rule) left %d entries", st.Entries)
+	}
+	decideOne(s, r, "g", 1, now)
+	if n := s.Sweep(now.Add(2 * time.Minute)); n != 1 || s.Stats().Entries != 0 {
+		t.Fatalf("Sweep dropped %d", n)
+	}
+	if limits.NewRemember(inner, 0) != limits.Store(inner) {
+		t.Fatal("size 0 is not the store itself")
+	}
+}
+
+// The attack of issue 17 against a real Redis: a refused caller's next 200
+// requests, sequential and 50 at once, cost Redis at most 10 decisions.
+func TestRememberSparesRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { client.Close() })
+	store := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: "remember:", Timeout: time.Second})
+	t.Cleanup(store.Close)
+	s := limits.NewRemember(store, 1000)
+	r := rule(5, time.Minute)
+	for range 6 {
+		decideOne(s, r, "attacker", 1, time.Now())
+	}
+	client.ConfigResetStat(context.Background())
+	for range 100 {
+		if d, err := decideOne(s, r, "attacker", 1, time.Now()); err != nil || d.Allowed || d.RetryAfter <= 0 {
+			t.Fatalf("%+v %v", d, err)
+		}
+	}
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 2 {
+				if d, err := decideOne(s, r, "attacker", 1, time.Now()); err != nil || d.Allowed {
+					t.Errorf("%+v %v", d, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	info, err := client.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	for _, line := range strings.Split(info, "\n") {
+		if strings.HasPrefix(line, "cmdstat_evalsha:") {
+			fmt.Sscanf(line[strings.Index(line, "calls=")+len("calls="):], "%d", &calls)
+		}
+	}
+	if calls > 10 {
+		t.Fatalf("200 requests of a refused caller ran %d decisions on Redis", calls)
+	}
+}
