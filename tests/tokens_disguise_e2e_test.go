@@ -2,12 +2,13 @@ package tests
 
 import (
 	"bytes"
-	"compress/zlib"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/testpdf"
 )
 
 // End-to-end checks of SPEC §4.6 through the real binary: a prompt far
@@ -19,41 +20,6 @@ func jsonString(s string) string {
 	return string(b)
 }
 
-// compressedPDF is a one-page PDF whose Flate content stream shows text.
-func compressedPDF(text string) []byte {
-	var content bytes.Buffer
-	content.WriteString("BT /F1 12 Tf 72 720 Td\n")
-	for line := range strings.SplitSeq(text, "\n") {
-		fmt.Fprintf(&content, "(%s) Tj T*\n", line)
-	}
-	content.WriteString("ET\n")
-	var z bytes.Buffer
-	zw, _ := zlib.NewWriterLevel(&z, zlib.BestCompression)
-	zw.Write(content.Bytes())
-	zw.Close()
-	objs := []string{
-		"<< /Type /Catalog /Pages 2 0 R >>",
-		"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-		"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 5 0 R >> >> /Contents 4 0 R >>",
-		fmt.Sprintf("<< /Length %d /Filter /FlateDecode >>\nstream\n%s\nendstream", z.Len(), z.Bytes()),
-		"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
-	}
-	var out bytes.Buffer
-	out.WriteString("%PDF-1.4\n")
-	offs := make([]int, len(objs))
-	for i, o := range objs {
-		offs[i] = out.Len()
-		fmt.Fprintf(&out, "%d 0 obj\n%s\nendobj\n", i+1, o)
-	}
-	xref := out.Len()
-	fmt.Fprintf(&out, "xref\n0 %d\n0000000000 65535 f \n", len(objs)+1)
-	for _, off := range offs {
-		fmt.Fprintf(&out, "%010d 00000 n \n", off)
-	}
-	fmt.Fprintf(&out, "trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n", len(objs)+1, xref)
-	return out.Bytes()
-}
-
 func TestTokenCapSeesThroughDisguises(t *testing.T) {
 	t.Parallel()
 	rec := newRecorder(t)
@@ -63,7 +29,7 @@ func TestTokenCapSeesThroughDisguises(t *testing.T) {
 	for i := 0; lines.Len() < 80<<10; i++ {
 		fmt.Fprintf(&lines, "clause %d binds party %d to deliver item %d\n", i, i%7, i*31%1000)
 	}
-	pdf64 := func(text string) string { return base64.StdEncoding.EncodeToString(compressedPDF(text)) }
+	pdf64 := func(text string) string { return base64.StdEncoding.EncodeToString(testpdf.OnePage(text)) }
 	dresses := []struct {
 		name, path string
 		body       func(small bool) string

@@ -54,6 +54,20 @@ type partState struct {
 	storedFile                               bool  // a file_id or file_url: a file the proxy cannot see
 }
 
+// metadata is where a part keeps the metadata member pk, and how many
+// bytes of it are kept.
+func (ps *partState) metadata(pk partKey) (*string, int) {
+	switch pk {
+	case partType:
+		return &ps.typ, 64
+	case partMediaType:
+		return &ps.mediaType, 128
+	case partDetail:
+		return &ps.detail, 16
+	}
+	return &ps.format, 64
+}
+
 // readBlob reads a string value as a blob.
 func (w *walker) readBlob(hint blobHint) (*blob, error) {
 	b := &blob{hint: hint}

@@ -2,7 +2,6 @@ package tokens_test
 
 import (
 	"bytes"
-	"compress/zlib"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -11,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/testpdf"
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
 )
 
@@ -346,43 +346,6 @@ func TestAudioDuration(t *testing.T) {
 	}
 }
 
-// onePagePDF is a one-page PDF showing text, its content stream
-// Flate-compressed: the shape of the 1 KB PDF holding ~19k tokens.
-func onePagePDF(text string) []byte {
-	var content bytes.Buffer
-	content.WriteString("BT /F1 12 Tf 72 720 Td\n")
-	for line := range strings.SplitSeq(text, "\n") {
-		r := strings.NewReplacer(`\`, `\\`, "(", `\(`, ")", `\)`)
-		fmt.Fprintf(&content, "(%s) Tj T*\n", r.Replace(line))
-	}
-	content.WriteString("ET\n")
-	var z bytes.Buffer
-	zw, _ := zlib.NewWriterLevel(&z, zlib.BestCompression)
-	zw.Write(content.Bytes())
-	zw.Close()
-	objs := []string{
-		"<< /Type /Catalog /Pages 2 0 R >>",
-		"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-		"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 5 0 R >> >> /Contents 4 0 R >>",
-		fmt.Sprintf("<< /Length %d /Filter /FlateDecode >>\nstream\n%s\nendstream", z.Len(), z.Bytes()),
-		"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
-	}
-	var out bytes.Buffer
-	out.WriteString("%PDF-1.4\n")
-	offs := make([]int, len(objs))
-	for i, o := range objs {
-		offs[i] = out.Len()
-		fmt.Fprintf(&out, "%d 0 obj\n%s\nendobj\n", i+1, o)
-	}
-	xref := out.Len()
-	fmt.Fprintf(&out, "xref\n0 %d\n0000000000 65535 f \n", len(objs)+1)
-	for _, off := range offs {
-		fmt.Fprintf(&out, "%010d 00000 n \n", off)
-	}
-	fmt.Fprintf(&out, "trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n", len(objs)+1, xref)
-	return out.Bytes()
-}
-
 // A PDF costs its text and its pages, in every dress, not its size.
 func TestPDFCostsItsText(t *testing.T) {
 	const limit = 2000
@@ -390,7 +353,7 @@ func TestPDFCostsItsText(t *testing.T) {
 	for i := 0; words.Len() < 80<<10; i++ {
 		fmt.Fprintf(&words, "clause %d of the agreement binds party %d to deliver item %d\n", i, i%7, i*31%1000)
 	}
-	bomb, small := onePagePDF(words.String()), onePagePDF("Invoice 42: total due 100 EUR.")
+	bomb, small := testpdf.OnePage(words.String()), testpdf.OnePage("Invoice 42: total due 100 EUR.")
 	if len(bomb) > 16<<10 {
 		t.Fatalf("the test PDF is %d bytes: not the small compressed file it should be", len(bomb))
 	}
@@ -443,7 +406,7 @@ func TestDisguisesFromReview(t *testing.T) {
 		fmt.Fprintf(&words, "clause %d of the agreement binds party %d to deliver item %d\n", i, i%7, i*31%1000)
 	}
 	big := words.String()
-	pdf := base64.StdEncoding.EncodeToString(onePagePDF(big))
+	pdf := base64.StdEncoding.EncodeToString(testpdf.OnePage(big))
 	junk := func(s string) string { // a '!' every 40 characters: Python's and Node's decoders skip it
 		var b strings.Builder
 		for i := 0; i < len(s); i += 40 {
@@ -499,7 +462,7 @@ func TestDisguisesFromReview(t *testing.T) {
 				`{"type":"document","source":{"type":"url","url":"https://x/a.pdf"}}]}]}`},
 	)
 	for _, c := range []struct{ name, disp, ctype, content string }{
-		{"unquoted filename with a space", `form-data; name="file"; filename=a b.pdf`, "application/pdf", string(onePagePDF(big))},
+		{"unquoted filename with a space", `form-data; name="file"; filename=a b.pdf`, "application/pdf", string(testpdf.OnePage(big))},
 		{"UTF-16 text file, no type", `form-data; name="file"; filename="a.txt"`, "", utf16(big)},
 		{"text labelled image/png", `form-data; name="file"; filename="a.png"`, "image/png", big},
 		{"text labelled audio/wav", `form-data; name="file"; filename="a.wav"`, "audio/wav", big},

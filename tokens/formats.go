@@ -250,27 +250,15 @@ func (w *walker) part(msg bool) error {
 				ps.result, err = w.readBlob(blobFile)
 				return err
 			}
-		case partType:
+		case partType, partMediaType, partDetail, partFormat:
 			if k == '"' {
-				ps.typ, err = w.j.stringValue(64)
+				dst, max := ps.metadata(pk)
+				*dst, err = w.j.stringValue(max)
 				return err
 			}
-		case partMediaType:
-			if k == '"' {
-				ps.mediaType, err = w.j.stringValue(128)
-				return err
+			if pk == partFormat {
+				return w.schema(false)
 			}
-		case partDetail:
-			if k == '"' {
-				ps.detail, err = w.j.stringValue(16)
-				return err
-			}
-		case partFormat:
-			if k == '"' {
-				ps.format, err = w.j.stringValue(64)
-				return err
-			}
-			return w.schema(false)
 		case partFilename:
 			if k == '"' {
 				ps.filename, err = w.countedString(256)
