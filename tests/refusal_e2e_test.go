@@ -112,3 +112,87 @@ func TestRefusalsAreRemembered(t *testing.T) {
 		t.Fatal("no refusal cache metrics")
 	}
 }
+
+// The attack of issue 17 as a bounded load test: a caller that has spent
+// its budget keeps 50 connections busy for two seconds while a neighbour
+// spends its own. The attacker gets nothing beyond its limit, the
+// neighbour exactly its limit, and Redis runs (almost) nothing for the
+// attacker: its CPU stays flat.
+func TestRefusedCallerHammering(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { client.Close() })
+	rec := newRecorder(t)
+	const limit = 100
+	p := startProxy(t, rec.URL(), map[string]string{"REDIS_URL": srv.URL(), "CHAT_RPM": strconv.Itoa(limit), "REDIS_TIMEOUT": "50ms"})
+	attacker := []string{"Authorization", "Bearer attacker"}
+	for range limit {
+		wantStatus(t, p.post(t, "/api/chat", attacker...), 200)
+	}
+	want429(t, p.post(t, "/api/chat", attacker...))
+	client.ConfigResetStat(context.Background())
+	cpu0 := redisCPU(t, client)
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	counts := map[string]map[int]int{"attacker": {}, "neighbour": {}}
+	count := func(who string, status int) {
+		mu.Lock()
+		counts[who][status]++
+		mu.Unlock()
+	}
+	stop := time.Now().Add(2 * time.Second)
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				count("attacker", p.post(t, "/api/chat", attacker...).StatusCode)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range limit + 20 {
+			count("neighbour", p.post(t, "/api/chat", "Authorization", "Bearer neighbour").StatusCode)
+		}
+	}()
+	wg.Wait()
+	calls, cpu := evalshaCalls(t, client), redisCPU(t, client)-cpu0
+	t.Logf("attacker %v, neighbour %v; Redis ran %d decisions, %.1f ms of CPU", counts["attacker"], counts["neighbour"], calls, cpu*1000)
+	if a := counts["attacker"]; a[200] != 0 || a[429] == 0 || len(a) != 1 {
+		t.Fatalf("the attacker got %v", a)
+	}
+	if nb := counts["neighbour"]; nb[200] != limit || nb[429] != 20 {
+		t.Fatalf("the neighbour got %v, want exactly %d admitted", nb, limit)
+	}
+	// The neighbour's 120 decisions (and a few of the attacker's) are all
+	// Redis ran, whatever the attacker sent.
+	if calls > limit+20+10 {
+		t.Fatalf("Redis ran %d decisions for %d neighbour requests", calls, limit+20)
+	}
+	if got := rec.count(); got != 2*limit {
+		t.Fatalf("the upstream saw %d requests, want %d", got, 2*limit)
+	}
+}
+
+// redisCPU is Redis's own CPU time so far, in seconds.
+func redisCPU(t *testing.T, c *redis.Client) float64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, f); ok {
+				x, _ := strconv.ParseFloat(v, 64)
+				total += x
+			}
+		}
+	}
+	return total
+}
