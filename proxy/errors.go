@@ -80,6 +80,7 @@ func errorType(status int) string {
 // keep a stable, readable order.
 func (e *apiError) body(env envelope) []byte {
 	var b bytes.Buffer
+	b.Grow(384)
 	b.WriteByte('{')
 	switch env {
 	case envAnthropic:
@@ -118,7 +119,15 @@ func writeJSON(b *bytes.Buffer, v any) {
 	switch x := v.(type) {
 	case string:
 		// Strings here are our own codes, messages and key forms, but a key
-		// part may carry client bytes: always escape.
+		// part may carry client bytes: escape whatever needs it, as
+		// json.Marshal does; the usual plain ASCII is copied as it is (the
+		// refusal is the attacker's hot path).
+		if plainJSON(x) {
+			b.WriteByte('"')
+			b.WriteString(x)
+			b.WriteByte('"')
+			return
+		}
 		out, _ := json.Marshal(x)
 		b.Write(out)
 	case int64:
@@ -133,6 +142,18 @@ func writeJSON(b *bytes.Buffer, v any) {
 		}
 		b.Write(out)
 	}
+}
+
+// plainJSON reports whether s is printable ASCII that json.Marshal writes
+// unchanged between quotes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20, c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 // writeError answers e in the envelope of r's path: on a protected route,

@@ -275,3 +275,20 @@ func TestMetricsAreLintClean(t *testing.T) {
 		}
 	}
 }
+
+// FuzzPlainJSON: the fast path writes exactly what json.Marshal writes.
+func FuzzPlainJSON(f *testing.F) {
+	for _, s := range []string{"caller=key:3f9a", `a"b`, "<&>", "é", "\x00", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := proxy.JSONString(s), mustMarshal(s); got != want {
+			t.Fatalf("%q: %s, json.Marshal gives %s", s, got, want)
+		}
+	})
+}
+
+func mustMarshal(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}

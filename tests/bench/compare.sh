@@ -20,13 +20,22 @@
 #   PLAIN_BIN=       prebuilt plainproxy (default: go build ./tests/bench/plainproxy)
 #   NGINX=/usr/sbin/nginx  WRK=wrk
 #   ALLOW_SOCKET_ERRORS=0  1: report wrk socket errors instead of failing
+#   MODE=admitted    refused: every measured request is a 429 (the proxy with
+#                    CHAT_RPM=1, nginx with limit_req at 1r/m): the cost of
+#                    the over-limit caller's hot path (default contenders
+#                    "proxy nginx")
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-3s}
 CONNECTIONS=${CONNECTIONS:-50}
-CONTENDERS=${CONTENDERS:-proxy nginx plain}
+MODE=${MODE:-admitted}
+case $MODE in
+admitted) CONTENDERS=${CONTENDERS:-proxy nginx plain} RPM=100000000 NGINX_RATE=1000000r/s ;;
+refused) CONTENDERS=${CONTENDERS:-proxy nginx} RPM=1 NGINX_RATE=1r/m ;;
+*) echo "compare.sh: MODE must be admitted or refused, got '$MODE'" >&2 && exit 1 ;;
+esac
 PROCS=${GOMAXPROCS:-1}
 NGINX=${NGINX:-/usr/sbin/nginx}
 WRK=${WRK:-wrk}
@@ -43,6 +52,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 [[ $PROCS =~ ^[1-9][0-9]*$ ]] || die "GOMAXPROCS must be a positive integer, got '$PROCS'"
 for c in $CONTENDERS; do
 	case $c in proxy | nginx | plain) ;; *) die "unknown contender '$c' (known: proxy nginx plain)" ;; esac
+	[[ $MODE == refused && $c == plain ]] && die "plain refuses nothing: not a contender with MODE=refused"
 done
 [[ -n ${CONTENDERS// /} ]] || die "CONTENDERS is empty"
 command -v "$WRK" >/dev/null || die "wrk not found (apt-get install -y wrk)"
@@ -137,7 +147,10 @@ mkdir -p "$NG_DIR"
 	echo "http {"
 	nginx_http_common "$NG_DIR"
 	cat <<EOF
-    limit_req_zone \$binary_remote_addr zone=chat:10m rate=1000000r/s;  # far above any loopback rate: nothing is refused, the zone is still consulted
+    # admitted: far above any loopback rate, nothing is refused, the zone
+    # is still consulted; refused: everything after the first request is.
+    limit_req_zone \$binary_remote_addr zone=chat:10m rate=$NGINX_RATE;
+    limit_req_status 429;
     upstream backend {
         server 127.0.0.1:$UP_PORT;
         keepalive 256;
@@ -153,7 +166,7 @@ mkdir -p "$NG_DIR"
         proxy_set_header X-Forwarded-Proto \$scheme;
         proxy_set_header X-Forwarded-Host \$host;
         location = $PATH_UNDER_TEST {
-            limit_req zone=chat burst=1000000 nodelay;
+            limit_req zone=chat$( [[ $MODE == refused ]] || echo " burst=1000000 nodelay");
             proxy_pass http://backend;
         }
         location / {
@@ -260,7 +273,7 @@ for c in $CONTENDERS; do
 		# A clean environment: only what this benchmark sets reaches the proxy.
 		env -i PATH="$PATH" HOME="${HOME:-/}" GOMAXPROCS="$PROCS" \
 			UPSTREAM_URL="$UP_URL" LISTEN_ADDR="127.0.0.1:$PROXY_PORT" ADMIN_ADDR="127.0.0.1:$ADMIN_PORT" \
-			CHAT_RPM=100000000 LOG_LEVEL=warn SHUTDOWN_TIMEOUT=2s \
+			CHAT_RPM=$RPM LOG_LEVEL=warn SHUTDOWN_TIMEOUT=2s \
 			"$BIN" >"$tmp/proxy.log" 2>&1 &
 		LAST_PID=$!
 		PIDS+=("$LAST_PID")
@@ -279,13 +292,17 @@ for c in $CONTENDERS; do
 		;;
 	esac
 	verify "$c" "${URL[$c]}"
+	if [[ $MODE == refused ]]; then
+		code=$(post "${URL[$c]}") || die "$c: POST failed"
+		[[ $code == 429 ]] || die "$c: the second POST answered $code, not 429"
+	fi
 done
 if [[ -n ${URL[proxy]:-} ]]; then
 	# The guard chain really ran: the proxy answered with its rate-limit headers.
 	headers=$(curl -sS --max-time 5 -D - -o /dev/null -H "Content-Type: application/json" \
 		--data-binary "@$tmp/body.json" "${URL[proxy]}")
-	grep -qi "^x-ratelimit-limit: 100000000" <<<"$headers" ||
-		die "ratelimit-proxy: no X-RateLimit-Limit: 100000000 header; is the guard chain running?"
+	grep -qi "^x-ratelimit-limit: $RPM" <<<"$headers" ||
+		die "ratelimit-proxy: no X-RateLimit-Limit: $RPM header; is the guard chain running?"
 fi
 
 # ----------------------------------------------------------------- runs ---
@@ -315,8 +332,14 @@ dur_s() { # 10s / 2m / 10 -> seconds (ceil)
 check_wrk() {
 	local name=$1 out=$2 non2xx errs
 	non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $NF}' "$out")
-	[[ -z $non2xx ]] || die "$name: $non2xx responses were not 2xx — something was refused or failed:
+	if [[ $MODE == refused ]]; then
+		[[ $non2xx == "$(awk '/ requests in / {print $1}' "$out")" ]] ||
+			die "$name: not every response was refused ($non2xx non-2xx):
 $(cat "$out")"
+	else
+		[[ -z $non2xx ]] || die "$name: $non2xx responses were not 2xx — something was refused or failed:
+$(cat "$out")"
+	fi
 	errs=$(awk '/Socket errors:/ {gsub(/,/, ""); print $4 + $6 + $8 + $10}' "$out")
 	if [[ -n $errs && $errs != 0 ]]; then
 		[[ $ALLOW_SOCKET_ERRORS == 1 ]] || die "$name: wrk reported socket errors (ALLOW_SOCKET_ERRORS=1 to accept):
@@ -376,7 +399,7 @@ echo "## ratelimit-proxy vs nginx: CPU per request"
 echo
 echo "- $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -sr), ${cpu_model:-unknown CPU}, $(nproc) CPUs (shared with wrk and the upstream)"
 echo "- $("$NGINX" -v 2>&1 | sed 's/^nginx version: //'), $(go version 2>/dev/null | awk '{print $3}'), $(wrk --version 2>&1 | head -n1 | awk '{print $1, $2}')"
-echo "- POST $PATH_UNDER_TEST, ${#REQ_BODY}-byte JSON body, ${#RESP_BODY}-byte JSON answer; wrk -t1 -c$CONNECTIONS, warm-up $WARMUP, measured $DURATION, $ROUNDS rounds (order alternates)"
+echo "- mode $MODE; POST $PATH_UNDER_TEST, ${#REQ_BODY}-byte JSON body, ${#RESP_BODY}-byte JSON answer; wrk -t1 -c$CONNECTIONS, warm-up $WARMUP, measured $DURATION, $ROUNDS rounds (order alternates)"
 echo "- Go contenders: GOMAXPROCS=$PROCS; nginx contender and upstream: worker_processes 1; CLK_TCK=$CLK_TCK"
 echo "- CPU = Δ(utime+stime) of all the contender's processes over the measured run; upstream = the shared nginx upstream, for information"
 echo
