@@ -35,7 +35,7 @@ type ClusterOptions struct {
 	// NodeTimeout + 1–1.7 s (measured by TestClusterFailover).
 	NodeTimeout time.Duration
 	// StartTimeout bounds StartCluster (processes up, cluster created,
-	// every node agreeing); 30s when zero.
+	// every node agreeing); 60s when zero.
 	StartTimeout time.Duration
 	// PartialCoverage runs the nodes with cluster-require-full-coverage
 	// no: while a master is down, the other masters keep serving their
@@ -83,6 +83,7 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	t.Helper()
 	bin := Require(t)
 	cli := requireBin(t, "redis-cli")
+	exclusive(t)
 	if opts.Masters == 0 {
 		opts.Masters = 3
 	}
@@ -90,7 +91,7 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 		opts.NodeTimeout = time.Second
 	}
 	if opts.StartTimeout == 0 {
-		opts.StartTimeout = 30 * time.Second
+		opts.StartTimeout = 60 * time.Second
 	}
 	if opts.Masters < 3 || opts.ReplicasPerMaster < 0 {
 		t.Fatalf("StartCluster: need at least 3 masters and no negative replicas, got %+v", opts)

@@ -70,6 +70,7 @@ type SentinelSet struct {
 func StartSentinel(t testing.TB, opts SentinelOptions) *SentinelSet {
 	t.Helper()
 	bin := Require(t)
+	exclusive(t)
 	if opts.Sentinels == 0 {
 		opts.Sentinels = 3
 	}
