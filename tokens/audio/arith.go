@@ -38,3 +38,12 @@ func addSat(a, b int64) int64 {
 	}
 	return a + b
 }
+
+// mulSat returns a×b for a, b ≥ 0, saturated at math.MaxInt64.
+func mulSat(a, b int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi != 0 || lo > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(lo)
+}

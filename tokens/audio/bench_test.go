@@ -49,6 +49,13 @@ func BenchmarkWrite(b *testing.B) {
 		{"adversarial/id3-0xFF/32KiB", id3(nil, 1<<28-1), allFF, 32 << 10},
 		{"adversarial/unknown-0xFF00/32KiB", []byte{0}, ff00, 32 << 10},
 		{"adversarial/id3-headers/32KiB", id3(nil, 1<<28-1), headers, 32 << 10},
+		{"ogg-opus/32KiB", opusStream(1, nil), oggBody(random), 32 << 10},
+		{"mp4-mdat/32KiB", cat(ftyp, append(u32(0), "mdat"...)), random, 32 << 10},
+		{"webm-opus/32KiB", webmHead(), webmBody(random), 32 << 10},
+		// Capture patterns everywhere: each is read as a page.
+		{"adversarial/ogg-captures/32KiB", opusStream(1, nil), oggCaptures(), 32 << 10},
+		{"adversarial/ogg-O/32KiB", opusStream(1, nil), oggInPage(bytes.Repeat([]byte("O"), 1<<20)), 32 << 10},
+		{"adversarial/webm-resync/32KiB", cat(ebmlHead, []byte{0}), bytes.Repeat([]byte{0x1F, 0x43, 0xB6}, 1<<18), 32 << 10},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			m := NewMeter("")
@@ -83,4 +90,28 @@ func BenchmarkMeter(b *testing.B) {
 			b.Fatal("no duration")
 		}
 	}
+}
+
+// oggCaptures is 1 MiB of page headers of 255 lacing values inside a page
+// that runs over them.
+func oggCaptures() []byte {
+	inner := oggPage(1, 9, 0, 5, bytes.Repeat([]byte{255}, 255), nil)
+	return oggInPage(bytes.Repeat(inner[:27+255], (1<<20)/(27+255)))
+}
+
+// oggInPage wraps b in pages of the largest size.
+func oggInPage(b []byte) []byte {
+	var out []byte
+	for len(b) > 0 {
+		n := min(len(b), 255*255)
+		lace := bytes.Repeat([]byte{255}, n/255)
+		lace = append(lace, byte(n%255))
+		if len(lace) > 255 {
+			n = 255 * 255
+			lace = lace[:255]
+		}
+		out = append(out, oggPage(1, 9, 0, -1, lace, b[:n])...)
+		b = b[n:]
+	}
+	return out
 }

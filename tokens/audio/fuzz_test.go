@@ -2,6 +2,8 @@ package audio
 
 import (
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sort"
 	"testing"
 	"time"
@@ -22,6 +24,18 @@ func FuzzMeter(f *testing.F) {
 		// Small inputs fuzz faster; a cut stream is a good input too.
 		b := c[name]
 		f.Add(b[:min(len(b), 1200)], uint64(i))
+	}
+	real := make([]string, 0, len(realFiles))
+	for name := range realFiles {
+		real = append(real, name)
+	}
+	sort.Strings(real)
+	for i, name := range real {
+		b, err := os.ReadFile(filepath.Join("testdata", "real", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b[:min(len(b), 1200)], uint64(len(names)+i))
 	}
 	f.Fuzz(func(t *testing.T, b []byte, seed uint64) {
 		whole := NewMeter("")

@@ -4,12 +4,15 @@
 //
 // The header is written by the client and the provider decodes what is
 // really there, so every figure comes from the bytes actually present, never
-// from a declared size or count alone, and anything the meter cannot read as
-// audio costs its size at 16 kbit/s. See Meter.Duration for the rules.
+// from a declared size or count alone (a declared duration only ever adds:
+// the meter takes the most of it and of what it counts), and anything the
+// meter cannot read as audio costs its size at 16 kbit/s. See
+// Meter.Duration for the rules and the one exception.
 package audio
 
 import (
 	"bytes"
+	"encoding/binary"
 	"io"
 	"time"
 )
@@ -44,6 +47,10 @@ const (
 	stMpegFrame                // an MPEG audio frame starting at buf[r]
 	stMpegGarbage              // bytes between frames
 	stFlacScan                 // FLAC metadata and frames
+	stSkip                     // bytes passed over by count (MP4 boxes, EBML elements)
+	stOgg                      // Ogg pages
+	stMP4                      // an MP4 box header, or a table's entries
+	stWebm                     // an EBML element header, or a block
 )
 
 // Meter measures the duration of one audio file written to it in order, in
@@ -69,13 +76,26 @@ type Meter struct {
 
 	// unknown is set when the bytes were not recognised: they cost the
 	// most of their size at fallbackRate, the MPEG frames walked in them
-	// and the FLAC frames found in them (from buf[sc] on).
+	// and the FLAC frames found in them.
 	unknown     bool
 	unknownFrom int64
-	sc          int
+
+	// scan is set when FLAC frame headers are looked for in every byte
+	// from buf[sc] on (bytes of an unknown format, Ogg).
+	scan bool
+	sc   int
+
+	// stSkip: skip bytes are passed over, then the state is skipTo;
+	// with skipJunk they cost fallbackRate.
+	skip     int64
+	skipTo   state
+	skipJunk bool
 
 	wav  wavState
 	flac flacState
+	ogg  oggState
+	mp4  mp4State
+	webm webmState
 }
 
 // NewMeter returns a meter; format is a hint ("wav", "mp3", a media type
@@ -115,7 +135,7 @@ func (m *Meter) Write(p []byte) (int, error) {
 // compact moves the bytes still needed to the front of the buffer.
 func (m *Meter) compact() {
 	lo := m.r
-	if m.unknown {
+	if m.scan {
 		lo = min(lo, m.sc)
 		m.sc -= lo
 	}
@@ -135,8 +155,38 @@ func (m *Meter) skipDirect(p []byte) int {
 		k := m.wavTake(len(p))
 		m.base += int64(k)
 		return k
+	case stSkip:
+		if m.scan {
+			return 0
+		}
+		k := int(min(int64(len(p)), m.skip))
+		m.base += int64(k)
+		m.skipped(k)
+		return k
 	}
 	return 0
+}
+
+// startSkip passes over the next n bytes (math.MaxInt64: to the end of the
+// stream), then goes to state then; with junk the bytes cost fallbackRate.
+func (m *Meter) startSkip(n int64, then state, junk bool) {
+	if n <= 0 {
+		m.st = then
+		return
+	}
+	m.skip, m.skipTo, m.skipJunk = n, then, junk
+	m.st = stSkip
+}
+
+// skipped accounts for k bytes passed over in stSkip.
+func (m *Meter) skipped(k int) {
+	m.skip -= int64(k)
+	if m.skipJunk {
+		m.garbage += int64(k)
+	}
+	if m.skip == 0 {
+		m.st = m.skipTo
+	}
 }
 
 // run consumes what the bytes in buf[r:w] allow. With final set, the
@@ -144,7 +194,7 @@ func (m *Meter) skipDirect(p []byte) int {
 func (m *Meter) run(final bool) {
 	for m.step(final) {
 	}
-	if m.unknown {
+	if m.scan {
 		m.flacScan(&m.sc, final)
 	}
 }
@@ -167,6 +217,20 @@ func (m *Meter) step(final bool) bool {
 		return m.mpegGarbage(final)
 	case stFlacScan:
 		return m.flacScan(&m.r, final)
+	case stSkip:
+		if m.r == m.w {
+			return false
+		}
+		k := int(min(int64(m.w-m.r), m.skip))
+		m.r += k
+		m.skipped(k)
+		return true
+	case stOgg:
+		return m.oggStep(final)
+	case stMP4:
+		return m.mp4Step(final)
+	case stWebm:
+		return m.webmStep(final)
 	}
 	return false
 }
@@ -195,6 +259,24 @@ func (m *Meter) sniff(final bool) bool {
 			return true
 		}
 	}
+	if bytes.HasPrefix(b, []byte("OggS\x00")) {
+		m.startOgg()
+		return true
+	}
+	if len(b) >= 4 && binary.BigEndian.Uint32(b) == ebmlHeaderID {
+		m.webm.seen = true
+		m.webm.from = m.base + int64(m.r)
+		m.st = stWebm
+		return true
+	}
+	if len(b) >= 8 && mp4Start(b) {
+		m.mp4.seen = true
+		m.mp4.from = m.base + int64(m.r)
+		m.mp4.trak = -1
+		m.mp4.traf = -1
+		m.st = stMP4
+		return true
+	}
 	if bytes.HasPrefix(b, []byte("fLaC")) {
 		m.r += 4
 		m.flac.meta = true
@@ -217,6 +299,7 @@ func (m *Meter) sniff(final bool) bool {
 func (m *Meter) startUnknown() {
 	m.unknown = true
 	m.unknownFrom = m.base + int64(m.r)
+	m.scan = true
 	m.sc = m.r
 	m.st = stMpegGarbage
 }
@@ -273,11 +356,36 @@ func (m *Meter) tag(final bool) bool {
 //     format headers count their samples and their bytes.
 //   - FLAC: every frame header (with a good CRC-8) anywhere in the stream,
 //     at its block size and sample rate; the STREAMINFO total is not used.
+//   - Ogg (Opus, Vorbis, FLAC, Speex; chained and multiplexed streams add
+//     up): each stream lasts the most of its largest granule position and
+//     of its packets counted one by one (Opus from each packet's TOC,
+//     Vorbis from each packet's mode and the block sizes, Speex at its
+//     header's frames a packet, FLAC from every frame header), less Opus's
+//     pre-skip. Page CRCs are not checked: pages found inside other pages
+//     count too, their packets as the longest a packet of the file can
+//     be. Bytes in no page, and pages of streams of no known codec, cost
+//     16 kbit/s on top.
+//   - MP4, M4A, MOV, 3GP (ISO base media): the most of mvhd, mehd, and for
+//     each track mdhd, its stts table plus its fragments' sample
+//     durations, and for AAC its samples at 1024 a frame at the rate of its
+//     AudioSpecificConfig; or, when that is more, the top-level boxes of
+//     unknown types at 16 kbit/s. mdat is passed over by its size
+//     wherever moov is. A file that declares no duration costs its size.
+//   - Matroska and WebM: the most of Info's Duration (× TimecodeScale),
+//     the last block's timestamp and the Opus blocks counted from their
+//     TOC bytes (laced: the longest packet each), and bytes that cannot
+//     be read or are in top-level elements of unknown types at 16
+//     kbit/s; without a Duration, blocks of other codecs cost their size
+//     at 16 kbit/s, and a file with nothing of these costs its size.
 //   - ID3v2 tags (before any format, and between MPEG frames) and ID3v1
 //     tags are skipped by their size; every MPEG header inside them counts.
-//   - Anything else (Ogg, MP4, WebM, AAC, raw PCM…): the most of its size
-//     at 16 kbit/s, the MPEG frames walked in it and the FLAC frame headers
-//     found in it.
+//   - Anything else (AAC in ADTS, raw PCM…): the most of its size at 16
+//     kbit/s, the MPEG frames walked in it and the FLAC frame headers found
+//     in it.
+//
+// For MP4 and Matroska audio in codecs other than AAC (MP4) and Opus
+// (Matroska), the duration is what the file declares: a decoder may play
+// more than that.
 //
 // Duration may be called at any point; later bytes may lower it slightly
 // (an MPEG frame followed by another is no longer suspected of hiding
@@ -295,6 +403,12 @@ func (m *Meter) total() time.Duration {
 	switch {
 	case m.wav.seen:
 		d = m.wav.ns(walk, m.flac.ns(), m.n)
+	case m.ogg.seen:
+		d = m.oggNs()
+	case m.mp4.seen:
+		d = m.mp4Ns()
+	case m.webm.seen:
+		d = m.webmNs()
 	case m.unknown:
 		d = max(walk, m.flac.ns(), bytesNs(m.n-m.unknownFrom, fallbackRate))
 	case m.flac.meta:
