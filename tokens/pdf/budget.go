@@ -16,6 +16,9 @@ type budget struct {
 	left     int64 // decoder output still allowed
 	ticks    int
 	over     bool
+	// reserved is what reserve took for streams that could not be
+	// decoded: Result.Unread may exceed the file's size by as much.
+	reserved int64
 }
 
 // errOver is how the package's own code reports a passed bound; Read turns
@@ -101,4 +104,29 @@ func readAll(r io.Reader, b *budget, hint int) ([]byte, error) {
 			return buf, err
 		}
 	}
+}
+
+// maxExpansion is the worst expansion assumed of data this package cannot
+// decode: Flate's (a 258-byte match in two bits), a plausible bound for any
+// general compressor on text.
+const maxExpansion = 1032
+
+// reserve prices n bytes that a reader might decompress but this package
+// could not decode (a filter it does not know, the rest of a stream after
+// damage): as if they expanded by maxExpansion. The estimate is taken from
+// the budget, and returned to be counted as unread; when the budget cannot
+// cover it, the bound is passed (ErrBound): such a stream could hold more
+// text than any cap allows.
+func (b *budget) reserve(n int) (int64, error) {
+	if n <= 0 {
+		return 0, b.check()
+	}
+	need := int64(n) * maxExpansion
+	if need > b.left {
+		b.over = true
+		return 0, errOver
+	}
+	b.left -= need
+	b.reserved += need
+	return need, b.check()
 }

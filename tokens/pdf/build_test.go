@@ -14,6 +14,10 @@ type builder struct {
 	version string
 	objs    [][]byte // objs[i] is the body of object i+1 (without "N 0 obj")
 	packed  map[int]bool
+	// For encrypted files (crypt_test.go): what encrypts the data of the
+	// object stream xrefStream writes, and more entries for its trailer.
+	encrypt   func(num int, data []byte) []byte
+	xrefExtra string
 }
 
 func newBuilder() *builder { return &builder{version: "1.7", packed: map[int]bool{}} }
@@ -102,10 +106,13 @@ func (b *builder) xrefStream(root int) []byte {
 		fmt.Fprintf(&out, "%d 0 obj\n%s\nendobj\n", num, o)
 	}
 	if idx > 0 {
-		data := append(hdr.Bytes(), body.Bytes()...)
+		data := zlibBytes(append(hdr.Bytes(), body.Bytes()...))
+		if b.encrypt != nil {
+			data = b.encrypt(stmNum, data)
+		}
 		ents[stmNum] = ent{1, out.Len(), 0}
 		fmt.Fprintf(&out, "%d 0 obj\n%s\nendobj\n", stmNum,
-			streamBody(fmt.Sprintf("/Type /ObjStm /N %d /First %d /Filter /FlateDecode", idx, hdr.Len()), zlibBytes(data)))
+			streamBody(fmt.Sprintf("/Type /ObjStm /N %d /First %d /Filter /FlateDecode", idx, hdr.Len()), data))
 	}
 	xrefOff := out.Len()
 	ents[xrefNum] = ent{1, xrefOff, 0}
@@ -114,7 +121,7 @@ func (b *builder) xrefStream(root int) []byte {
 		rows.Write([]byte{byte(e.typ), byte(e.f2 >> 24), byte(e.f2 >> 16), byte(e.f2 >> 8), byte(e.f2), byte(e.f3 >> 8), byte(e.f3)})
 	}
 	fmt.Fprintf(&out, "%d 0 obj\n%s\nendobj\n", xrefNum,
-		streamBody(fmt.Sprintf("/Type /XRef /Size %d /W [1 4 2] /Root %d 0 R /Filter /FlateDecode", len(ents), root), zlibBytes(rows.Bytes())))
+		streamBody(fmt.Sprintf("/Type /XRef /Size %d /W [1 4 2] /Root %d 0 R /Filter /FlateDecode %s", len(ents), root, b.xrefExtra), zlibBytes(rows.Bytes())))
 	fmt.Fprintf(&out, "startxref\n%d\n%%%%EOF\n", xrefOff)
 	return out.Bytes()
 }

@@ -25,7 +25,9 @@ import (
 //   - parse an object of more than maxObjectTokens tokens (it builds every
 //     value in memory, at 16 to 40 bytes a token);
 //   - follow a /Prev chain in a cycle;
-//   - decrypt (encrypted files go to the scan, which costs them by size);
+//   - decrypt (encrypted files go to the scan, which decrypts them when
+//     the empty password opens them, crypt.go, and costs them by size
+//     otherwise);
 //   - read other objects than other readers would: a hybrid file (the
 //     library ignores /XRefStm), an object stream listing an object twice
 //     (the library takes the first, other readers the one the xref names).
@@ -45,7 +47,7 @@ const maxObjects = 1 << 19
 var (
 	// errNoLibrary: the library must not read this file; the scan costs it.
 	errNoLibrary = errors.New("pdf: not for the library")
-	// errEncrypted: the file is encrypted; the scan costs it.
+	// errEncrypted: the file is encrypted; the scan reads it (crypt.go).
 	errEncrypted = errors.New("pdf: encrypted")
 )
 

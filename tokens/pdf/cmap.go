@@ -260,3 +260,20 @@ func appendUnits(dst []byte, u []uint16, add uint16) []byte {
 	}
 	return dst
 }
+
+// expansion is the most UTF-16 units the CMap maps a code byte to, times
+// 16: how much longer than its codes a string's text may be.
+func (m *cmapDecoder) expansion() int {
+	e := 0
+	for k, s := range m.chars {
+		e = max(e, 16*utf8.RuneCountInString(s)/max(1, int(k>>32)))
+	}
+	for _, r := range m.ranges {
+		l := len(r.dst)
+		for _, d := range r.dsts {
+			l = max(l, len(d))
+		}
+		e = max(e, 16*l/max(1, r.n))
+	}
+	return e
+}

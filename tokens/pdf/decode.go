@@ -127,10 +127,14 @@ func (a *alphaReader) Read(p []byte) (int, error) {
 	return out, err
 }
 
-// Lenient decoding, for the scan of every stream (scan.go). It reads what a
-// forgiving reader could make of a stream: more filters than the library,
-// raw deflate when the zlib header is missing, and whatever a damaged stream
-// yields before the damage. Every step's output is charged to the budget.
+// Lenient decoding, for the scan of every stream (scan.go) and for the
+// streams the library path reads (library.go). It reads what a forgiving
+// reader (pdf.js, the reference) could make of a stream: every filter pdf.js
+// applies to text (Flate, LZW with /EarlyChange, ASCII85, ASCIIHex,
+// RunLength, their abbreviations, any number of steps, PNG and TIFF
+// predictors), raw deflate when the zlib header is missing, and whatever a
+// damaged stream yields before the damage. Every step's output is charged
+// to the budget.
 
 // decodeResult says how far lenientChain got.
 type decodeResult int
@@ -138,9 +142,20 @@ type decodeResult int
 const (
 	decoded   decodeResult = iota // the whole chain was applied
 	damaged                       // the chain was applied, but the data broke off: what came before is kept
-	undecoded                     // a filter this package cannot apply (LZW, encryption, …)
+	undecoded                     // a filter this package cannot apply (Brotli, an unknown name, bad predictor parameters)
 	imageData                     // the chain ends in an image codec: not text
 )
+
+// variant is one decoding of a stream: its data and how far the decoding
+// got. rest is, for a damaged or undecoded variant, the number of bytes the
+// failing step could not read (the input of a step that is not applied at
+// all, the bytes after the damage): the caller prices them at the worst
+// expansion (budget.reserve), never at their size alone.
+type variant struct {
+	data   []byte
+	result decodeResult
+	rest   int
+}
 
 // inflaters keeps one zlib and one raw deflate reader for a Read, reset for
 // each stream: a flate reader is some 40 KB to allocate.
@@ -150,7 +165,9 @@ type inflaters struct {
 }
 
 // open reads zlib data, or raw deflate data when the zlib header is
-// missing or wrong. It returns nil when neither can start.
+// missing or wrong. It returns nil when neither can start. The inflater
+// reads c.src byte by byte (a bytes.Reader is an io.ByteReader): what it
+// leaves in c.src is what it did not consume.
 func (c *inflaters) open(data []byte) io.Reader {
 	c.src.Reset(data)
 	if len(data) >= 2 && data[0]&0x0f == 8 && (uint16(data[0])<<8|uint16(data[1]))%31 == 0 {
@@ -176,40 +193,88 @@ func (c *inflaters) open(data []byte) io.Reader {
 	return &lenientReader{r: c.f}
 }
 
-func lenientChain(raw []byte, chain []filter, b *budget, inf *inflaters) ([]byte, decodeResult, error) {
+// maxChain bounds the steps of a filter chain (pdf.js has no bound; each
+// step is charged to the budget, and a long chain of steps that produce
+// nothing is a file no writer makes).
+const maxChain = 32
+
+func lenientChain(raw []byte, chain []filter, b *budget, inf *inflaters) (variant, error) {
 	data := raw
 	result := decoded
+	rest := 0
+	if len(chain) > maxChain {
+		return variant{result: undecoded, rest: len(raw)}, nil
+	}
 	for _, f := range chain {
+		if err := b.check(); err != nil {
+			return variant{}, err
+		}
 		var r io.Reader
+		var src *bytes.Reader
+		parms, _ := f.parms.(dict)
 		switch f.name {
 		case "FlateDecode", "Fl":
 			r = inf.open(data)
 			if r == nil {
-				return nil, undecoded, nil
+				// No data: nothing to decode.
+				data = nil
+				continue
 			}
+			src = &inf.src
+			pr, ok := predictor(r, parms)
+			if !ok {
+				return variant{result: undecoded, rest: len(data)}, nil
+			}
+			r = pr
+		case "LZWDecode", "LZW":
+			lz := newLZW(data, parms)
+			pr, ok := predictor(lz, parms)
+			if !ok {
+				return variant{result: undecoded, rest: len(data)}, nil
+			}
+			r = pr
 		case "ASCII85Decode", "A85":
-			r = ascii85.NewDecoder(&alphaReader{r: bytes.NewReader(data)})
+			src = bytes.NewReader(data)
+			r = ascii85.NewDecoder(&alphaReader{r: src})
 		case "ASCIIHexDecode", "AHx":
 			r = &hexReader{data: data}
 		case "RunLengthDecode", "RL":
 			r = &runLengthReader{data: data}
 		case "Crypt", "Identity":
+			// Decryption is applied before the chain (crypt.go); pdf.js
+			// passes these names through.
 			continue
-		case "DCTDecode", "DCT", "JPXDecode", "JBIG2Decode", "CCITTFaxDecode", "CCF":
-			return nil, imageData, nil
+		case "DCTDecode", "DCT", "JPXDecode", "JPX", "JBIG2Decode", "CCITTFaxDecode", "CCF":
+			return variant{result: imageData, rest: len(data)}, nil
 		default:
-			return nil, undecoded, nil
+			// Brotli, or a name this package does not know: it may be a
+			// compression another reader applies.
+			return variant{result: undecoded, rest: len(data)}, nil
 		}
 		out, err := readAll(&meter{r, b}, b, 4*len(data))
 		if errors.Is(err, errOver) || b.over {
-			return nil, decoded, errOver
+			return variant{}, errOver
 		}
-		if lr, ok := r.(*lenientReader); ok && lr.broke || err != io.EOF {
+		broke := err != io.EOF
+		if lr, ok := r.(*lenientReader); ok && lr.broke {
+			broke = true
+		}
+		if pr, ok := r.(*predictReader); ok {
+			if lr, ok := pr.r.(*lenientReader); ok && lr.broke {
+				broke = true
+			}
+			broke = broke || pr.bad
+		}
+		if broke && result == decoded {
+			// What came before the damage goes on through the chain.
 			result = damaged
+			if src != nil {
+				rest = src.Len()
+			}
 		}
 		data = out
 	}
-	return data, result, nil
+	return variant{data: data, result: result, rest: rest}, nil
 }
 
 // lenientReader turns a decoder's error into the end of its data: what was
@@ -311,4 +376,83 @@ func (r *runLengthReader) Read(p []byte) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// streamChains returns the filter chains a stream's data may be read
+// with: first pdf.js's (which takes /F before /Filter and /DP before
+// /DecodeParms), then the others those keys allow (the library's and the
+// specification's /Filter with /DecodeParms), each once. Without a
+// dictionary, or with a filter given by reference (the scan does not
+// resolve references), zlib data is inflated.
+func streamChains(hdr dict, raw []byte) [][]filter {
+	if hdr == nil {
+		return [][]filter{guessFilters(raw)}
+	}
+	var fs, ps []any
+	if f, ok := hdr["F"]; ok {
+		fs = append(fs, f)
+	}
+	fs = append(fs, hdr["Filter"])
+	if p, ok := hdr["DP"]; ok {
+		ps = append(ps, p)
+	}
+	ps = append(ps, hdr["DecodeParms"])
+	if len(fs) == 1 && len(ps) == 1 {
+		return [][]filter{chainOf(fs[0], ps[0], raw)}
+	}
+	var out [][]filter
+	seen := map[string]bool{}
+	for _, f := range fs {
+		for _, p := range ps {
+			c := chainOf(f, p, raw)
+			k := fmt.Sprint(c)
+			if !seen[k] {
+				seen[k] = true
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// chainOf reads a filter value and its parameters as pdf.js does: a name,
+// or an array of names with an array of parameter dictionaries; any other
+// value applies no filter. An array element that is no name makes pdf.js
+// fail on the stream: it reads as a filter this package does not know.
+func chainOf(f, p any, raw []byte) []filter {
+	switch f := f.(type) {
+	case pdfName:
+		pd, _ := p.(dict)
+		return []filter{{name: string(f), parms: pd}}
+	case array:
+		pa, _ := p.(array)
+		chain := make([]filter, 0, len(f))
+		for i, e := range f {
+			var pd any
+			if i < len(pa) {
+				if d, ok := pa[i].(dict); ok {
+					pd = d
+				}
+			}
+			switch e := e.(type) {
+			case pdfName:
+				chain = append(chain, filter{name: string(e), parms: pd})
+			case objref:
+				return guessFilters(raw)
+			default:
+				chain = append(chain, filter{name: "?"})
+			}
+		}
+		return chain
+	case objref:
+		return guessFilters(raw)
+	}
+	return nil
+}
+
+func guessFilters(raw []byte) []filter {
+	if len(raw) >= 2 && raw[0]&0x0f == 8 && (uint16(raw[0])<<8|uint16(raw[1]))%31 == 0 {
+		return []filter{{name: "FlateDecode"}}
+	}
+	return nil
 }

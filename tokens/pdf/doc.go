@@ -52,10 +52,10 @@
 //     The only streams it decodes on its own are those the check has already
 //     decoded under the budget (xref and object streams; the library decodes
 //     an object stream again for every object it takes from it, a
-//     repetition the deadline bounds). Every other stream
-//     is decoded on this package's request, after its filters are checked
-//     (at most one Flate step, bounded predictor rows), through a meter: a
-//     page's streams may decode to MaxDecompressed together.
+//     repetition the deadline bounds). Every other stream (page contents,
+//     forms, ToUnicode CMaps) is decoded by this package, never by the
+//     library's reader, through a meter: a page's streams may decode to
+//     MaxDecompressed together.
 //  4. This package walks the page tree itself (each Pages node once, /Parent
 //     never followed, depth bounded), interprets content streams itself
 //     (content.go: a bounded operand stack, inline images skipped, form
@@ -68,21 +68,55 @@
 // Text is handed to the sink as UTF-8, in page order. The library path reads
 // the first MaxPages pages through their fonts (ToUnicode CMaps, standard and
 // /Differences encodings, UCS-2 CMaps; a font it cannot decode shows its
-// bytes one character each); pages beyond count in Result.Pages only. A
-// stream whose filters the library cannot decode (LZW, two Flate steps, …)
-// counts its encoded size in Result.Unread. If the library fails on some
-// object after text was written, the scan's cost is added: the cost never
-// falls below what the scan finds.
+// bytes one character each); pages beyond count in Result.Pages only.
+//
+// Streams are decoded as pdf.js, the reference reader, decodes them
+// (decode.go, filters.go): their data runs to /Length when `endstream`
+// follows, else to the next `endstream`; every filter pdf.js applies is
+// applied, by full name or abbreviation, in chains of any length (Flate,
+// with raw deflate when the zlib header is wrong; LZW with /EarlyChange;
+// ASCII85; ASCIIHex; RunLength; Crypt and Identity, which pdf.js passes
+// through; PNG and TIFF predictors); and the dictionary is read as pdf.js
+// reads it (/F before /Filter, /DP before /DecodeParms): when that reading
+// differs from the library's and the specification's, the stream is read
+// both ways, as separate content.
+//
+// What cannot be decoded is never costed by its size alone, since a reader
+// may decompress it: the bytes of a stream under a filter this package does
+// not apply (Brotli, an unknown name, bad predictor parameters, an image
+// codec on the content of a page the library reads), and the bytes after
+// the damage of a damaged stream, count in Result.Unread as if they
+// expanded maxExpansion (1032) times, taken from MaxDecompressed: past it,
+// ErrBound. (A damaged stream's size counts too, and the text before the
+// damage is read.) Result.Unread may therefore exceed the file's size. If
+// the library fails on some object after text was written, the scan's cost
+// is added: the cost never falls below what the scan finds.
 //
 // A file the library cannot read (a broken xref, garbage around it,
 // truncation, encryption, a file the check refuses) is costed by the scan
 // alone: the strings of the text-showing operators of every decoded stream
-// (one character per byte when there is no font to read them with: at
-// least as many tokens as the text they encode, in practice), including
+// (it knows no fonts: each string is read one character per byte, and
+// through each of the file's ToUnicode CMaps, and the longest reading
+// counts: at least as many tokens as the text they encode, in practice,
+// even when a CMap maps a code to many characters), including
 // streams named as page /Contents whatever their dictionary claims, plus
-// the encoded size of every stream it cannot decode (and of every stream of
-// an encrypted file, and of a damaged one) in Result.Unread; its pages are
-// the /Type /Page dictionaries, or the page references of /Kids arrays if
-// more. Input that is not a PDF at all is one page of len(data) unread
-// bytes.
+// what it cannot decode, priced as above; its pages are the /Type /Page
+// dictionaries, or the page references of /Kids arrays if more. Input that
+// is not a PDF at all is one page of len(data) unread bytes.
+//
+// # Encrypted files
+//
+// A file encrypted by the Standard security handler whose user password is
+// empty opens in every reader without a password, so its text counts like
+// any other file's (crypt.go): the file key is computed with the empty
+// password as pdf.js computes it (RC4 of 40 to 128 bits, /V 1 and 2; /V 4
+// with /CFM /V2 or /AESV2; /V 5, AES-256, /R 5 and 6), from the encryption
+// dictionary and file id of every trailer and cross-reference stream of
+// the file, and checked against /U; every stream, object streams included,
+// is decrypted with its object's key before it is decoded, under the same
+// budget. The scan reads such a file (the library's decryption is not
+// used). A file whose user password is not empty cannot be
+// read by the provider either: every stream of it counts its size in
+// Result.Unread, as does every stream of a file that names an encryption
+// this package does not know (another security handler, /V 3).
 package pdf

@@ -55,6 +55,11 @@ type lexer struct {
 	// work, when set, is the number of bytes the lexer may still read,
 	// shared by the lexers of one task; past it the parse fails.
 	work *int
+	// lenient reads strings and names as pdf.js does where the library
+	// fails (an unknown escape, a bad hex digit). Only the search for
+	// encryption dictionaries (crypt.go) sets it: the structure check must
+	// fail where the library fails.
+	lenient bool
 }
 
 func newLexer(src []byte, pos int) *lexer {
@@ -159,6 +164,9 @@ func (l *lexer) readToken() any {
 }
 
 func (l *lexer) readHexString() any {
+	if l.lenient {
+		return l.readHexStringLenient()
+	}
 	var tmp []byte
 	for {
 		c := l.readByte()
@@ -185,6 +193,34 @@ func (l *lexer) readHexString() any {
 			l.fail()
 		}
 		tmp = append(tmp, byte(x))
+	}
+	return string(tmp)
+}
+
+// readHexStringLenient reads a hex string as pdf.js does: a character
+// that is no hex digit is skipped, a lone last digit is a high nibble, and
+// the end of the input ends the string.
+func (l *lexer) readHexStringLenient() any {
+	var tmp []byte
+	hi := -1
+	for l.pos < len(l.src) {
+		c := l.readByte()
+		if c == '>' {
+			break
+		}
+		v := unhex(c)
+		if v < 0 {
+			continue
+		}
+		if hi < 0 {
+			hi = v
+			continue
+		}
+		tmp = append(tmp, byte(hi<<4|v))
+		hi = -1
+	}
+	if hi >= 0 {
+		tmp = append(tmp, byte(hi<<4))
 	}
 	return string(tmp)
 }
@@ -221,7 +257,10 @@ Loop:
 		case '\\':
 			switch c = l.readByte(); c {
 			default:
-				l.fail()
+				if !l.lenient {
+					l.fail()
+				}
+				tmp = append(tmp, c)
 			case 'n':
 				tmp = append(tmp, '\n')
 			case 'r':
@@ -249,7 +288,7 @@ Loop:
 					}
 					x = x*8 + int(c-'0')
 				}
-				if x > 255 {
+				if x > 255 && !l.lenient {
 					l.fail()
 				}
 				tmp = append(tmp, byte(x))
@@ -269,6 +308,12 @@ func (l *lexer) readName() any {
 		}
 		if c == '#' {
 			x := unhex(l.readByte())<<4 | unhex(l.readByte())
+			if x < 0 && l.lenient {
+				l.unreadByte()
+				l.unreadByte()
+				tmp = append(tmp, '#')
+				continue
+			}
 			if x < 0 {
 				l.fail()
 			}

@@ -1,9 +1,10 @@
 package pdf
 
 import (
-	"compress/zlib"
+	"bytes"
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -101,12 +102,14 @@ type libReader struct {
 	lim      Limits
 	out      *textOut
 	size     int64
-	fonts    map[string]decoder // by font resource dictionary and name
-	empty    map[string]bool    // forms that show no text
-	active   map[string]bool    // forms being run
-	cut      bool               // the form depth bound was reached
-	pageB    *budget            // what the current page's streams may decode to
-	formData map[string][]byte  // the current page's decoded forms
+	data     []byte                // the file as the library reads it
+	inf      inflaters             // for the streams this package decodes
+	fonts    map[string]decoder    // by font resource dictionary and name
+	empty    map[string]bool       // forms that show no text
+	active   map[string]bool       // forms being run
+	cut      bool                  // the form depth bound was reached
+	pageB    *budget               // what the current page's streams may decode to
+	formData map[string]streamData // the current page's decoded forms
 	// degraded: the library failed on some object after text was written;
 	// the caller adds the scan's cost.
 	degraded bool
@@ -130,7 +133,7 @@ func newLibReader(b *budget, lim Limits, out *textOut) *libReader {
 // the caller then adds the scan's cost.
 func (l *libReader) read(data []byte, patch bool) (ok bool, err error) {
 	b, out := l.b, l.out
-	l.size = int64(len(data))
+	l.size, l.data = int64(len(data)), data
 	var openErr error
 	err = guard(b, func() {
 		l.r, openErr = lib.NewReader(&view{data: data, b: b, patch: patch}, int64(len(data)))
@@ -255,114 +258,211 @@ func (l *libReader) walk() ([]pageRef, int) {
 // scan has charged them once already, under the same bound.
 func (l *libReader) page(p pageRef) error {
 	l.pageB = &budget{deadline: l.b.deadline, left: l.lim.MaxDecompressed}
-	l.formData = map[string][]byte{}
+	l.formData = map[string]streamData{}
 	// A page's content streams are one stream cut in pieces: tokens may
 	// span them.
 	var content []byte
+	var alts [][]byte
 	for i, s := range p.contents {
 		data, err := l.streamBytes(s)
 		if err != nil {
 			return err
 		}
+		alts = append(alts, data.alts...)
 		if i == 0 {
-			content = data
+			content = data.main
 			continue
 		}
 		content = append(content, '\n')
-		content = append(content, data...)
+		content = append(content, data.main...)
 	}
-	in := newInterp(l.b, l.out, &libResources{l: l, v: p.res}, 0)
-	return in.run(content)
+	res := &libResources{l: l, v: p.res}
+	if err := newInterp(l.b, l.out, res, 0).run(content); err != nil {
+		return err
+	}
+	for _, a := range alts {
+		l.out.separate('\n')
+		if err := newInterp(l.b, l.out, res, 0).run(a); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// streamBytes returns a stream's decoded data. A stream whose filters the
-// library cannot be trusted to decode within the bound (more than one Flate
-// step, a predictor with huge rows) or cannot decode at all is not read:
-// its encoded length is counted in Result.Unread.
-func (l *libReader) streamBytes(s lib.Value) ([]byte, error) {
-	var data []byte
-	var length int64
-	readable := false
+// streamData is a stream as the library path reads it: main, the data
+// pdf.js decodes; alts, the data other readers decode from the same
+// stream, when its dictionary lets them differ (/F or /DP beside /Filter
+// and /DecodeParms): read as separate content, so that one cannot hide the
+// other.
+type streamData struct {
+	main []byte
+	alts [][]byte
+}
+
+// streamBytes decodes a stream with this package's lenient chain
+// (decode.go), never the library's reader: the data is where pdf.js takes
+// it (/Length when `endstream` follows, else up to the next `endstream`),
+// every filter pdf.js applies is applied, and the output is charged to the
+// page's budget. What cannot be decoded (a filter this package does not
+// know, the rest of a stream after damage) is priced by budget.reserve in
+// Result.Unread, a damaged stream's size too: never its size alone.
+func (l *libReader) streamBytes(s lib.Value) (streamData, error) {
+	var off, length int64
+	var hdr dict
+	found := false
 	err := l.call(func() {
+		off, found = streamOffset(s)
 		length = s.Key("Length").Int64()
-		readable = libReadable(s)
+		hdr = dict{}
+		for _, k := range []string{"Filter", "F", "DecodeParms", "DP"} {
+			if v := s.Key(k); v.Kind() != lib.Null {
+				hdr[pdfName(k)] = mirror(v, 0)
+			}
+		}
 	})
 	if errors.Is(err, errOver) {
-		return nil, err
+		return streamData{}, err
 	}
-	if err == nil && readable {
-		one := l.pageB
-		if one == nil {
-			one = &budget{deadline: l.b.deadline, left: l.lim.MaxDecompressed}
-		}
-		var rerr error
-		err = l.call(func() {
-			rc := s.Reader()
-			defer rc.Close()
-			data, rerr = readAll(&meter{rc, one}, one, 4*int(min(length, l.size)))
-		})
-		if one.over {
+	if err != nil || !found || off < 0 || off > int64(len(l.data)) {
+		// The library could not read the stream's dictionary: the scan's
+		// cost is added (l.call marked the reading degraded).
+		l.degraded = true
+		return streamData{}, nil
+	}
+	raw := l.data[off:streamExtent(l.data, int(off), length)]
+	one := l.pageB
+	if one == nil {
+		one = &budget{deadline: l.b.deadline, left: l.lim.MaxDecompressed}
+	}
+	var sd streamData
+	for i, chain := range streamChains(hdr, raw) {
+		v, err := lenientChain(raw, chain, one, &l.inf)
+		if one.over || errors.Is(err, errOver) {
 			l.b.over = true
-			return nil, errOver
+			return streamData{}, errOver
 		}
-		if errors.Is(err, errOver) {
-			return nil, err
+		n := 0
+		switch v.result {
+		case damaged:
+			l.res.Unread += int64(len(raw))
+			n = v.rest
+		case undecoded, imageData:
+			n = v.rest
 		}
-		if err == nil && (rerr == io.EOF || rerr == zlib.ErrChecksum) {
-			return data, nil
+		est, err := l.b.reserve(n)
+		if err != nil {
+			return streamData{}, err
 		}
-		if err == nil {
-			// Damaged: what came before the damage is read, and the
-			// stream's size counts too.
-			l.res.Unread += max(0, min(length, l.size))
-			return data, nil
+		l.res.Unread += est
+		if i == 0 {
+			sd.main = v.data
+		} else if len(v.data) > 0 {
+			sd.alts = append(sd.alts, v.data)
 		}
 	}
-	if length < 0 {
-		length = 0
-	}
-	l.res.Unread += min(length, l.size)
-	return nil, nil
+	return sd, nil
 }
 
-// libReadable reports whether the library may decode s: filters it knows,
-// at most one Flate step, and predictor rows of bounded size.
-func libReadable(s lib.Value) bool {
-	f := s.Key("Filter")
-	parms := s.Key("DecodeParms")
-	var names []string
-	var ps []lib.Value
-	switch f.Kind() {
-	case lib.Null:
-	case lib.Name:
-		names, ps = []string{f.Name()}, []lib.Value{parms}
-	case lib.Array:
-		if f.Len() > 4 {
-			return false
-		}
-		for i := 0; i < f.Len(); i++ {
-			names = append(names, f.Index(i).Name())
-			ps = append(ps, parms.Index(i))
-		}
-	default:
-		return false
+// streamOffset reads where a stream's data starts from the library's
+// value (its String ends with "@offset").
+func streamOffset(s lib.Value) (int64, bool) {
+	if s.Kind() != lib.Stream {
+		return 0, false
 	}
-	flates := 0
-	for i, n := range names {
-		switch n {
-		case "FlateDecode":
-			flates++
-			if pred := ps[i].Key("Predictor"); !pred.IsNull() {
-				if c := ps[i].Key("Columns").Int64(); c < 0 || c > maxColumns {
-					return false
-				}
+	str := s.String()
+	i := strings.LastIndexByte(str, '@')
+	if i < 0 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(str[i+1:], 10, 64)
+	return n, err == nil
+}
+
+// streamExtent returns where the data of a stream starting at start ends,
+// as pdf.js finds it: after length bytes when the `endstream` keyword
+// follows there (after white space and comments), else at the next
+// `endstream` (pdf.js also takes the misspellings `endsteam` and `endstea`
+// followed by white space), else at the end of the file.
+func streamExtent(data []byte, start int, length int64) int {
+	if length >= 0 && length <= int64(len(data)-start) {
+		e := start + int(length)
+		i := e
+		for i < len(data) {
+			if isSpace(data[i]) {
+				i++
+				continue
 			}
-		case "ASCII85Decode":
-		default:
-			return false
+			if data[i] == '%' {
+				for i < len(data) && data[i] != '\r' && data[i] != '\n' {
+					i++
+				}
+				continue
+			}
+			break
+		}
+		if rest := data[i:]; bytes.HasPrefix(rest, []byte("endstream")) &&
+			(len(rest) == 9 || isSpace(rest[9]) || isDelim(rest[9])) {
+			return e
 		}
 	}
-	return flates <= 1
+	for i := start; i < len(data); {
+		k := bytes.Index(data[i:], []byte("endst"))
+		if k < 0 {
+			break
+		}
+		p := i + k
+		rest := data[p+3:]
+		if bytes.HasPrefix(rest, []byte("stream")) {
+			return p
+		}
+		for _, part := range []string{"steam", "stea"} {
+			if bytes.HasPrefix(rest, []byte(part)) && len(rest) > len(part) && isSpace(rest[len(part)]) {
+				return p
+			}
+		}
+		i = p + 5
+	}
+	return len(data)
+}
+
+// mirror converts a library value to this package's object model (the
+// few levels a filter chain has).
+func mirror(v lib.Value, depth int) any {
+	switch v.Kind() {
+	case lib.Bool:
+		return v.Bool()
+	case lib.Integer:
+		return v.Int64()
+	case lib.Real:
+		return v.Float64()
+	case lib.String:
+		return v.RawString()
+	case lib.Name:
+		return pdfName(v.Name())
+	case lib.Array:
+		if depth > 2 {
+			return nil
+		}
+		n := min(v.Len(), maxChain+1)
+		a := make(array, n)
+		for i := range a {
+			a[i] = mirror(v.Index(i), depth+1)
+		}
+		return a
+	case lib.Dict:
+		if depth > 2 {
+			return nil
+		}
+		d := dict{}
+		for _, k := range v.Keys() {
+			if len(d) >= 64 {
+				break
+			}
+			d[pdfName(k)] = mirror(v.Key(k), depth+1)
+		}
+		return d
+	}
+	return nil
 }
 
 // libResources serves fonts and forms from a resource dictionary.
@@ -405,8 +505,13 @@ func (r *libResources) font(name []byte) decoder {
 		data, serr := r.l.streamBytes(tu)
 		if serr != nil {
 			r.l.b.over = true
-		} else if m := parseCMap(data, r.l.b); m != nil {
-			dec = m
+		} else {
+			for _, d := range append([][]byte{data.main}, data.alts...) {
+				if m := parseCMap(d, r.l.b); m != nil {
+					dec = m
+					break
+				}
+			}
 		}
 	}
 	if err != nil {
@@ -523,7 +628,13 @@ func (r *libResources) form(name []byte, depth int) error {
 	cut := l.cut
 	l.cut = false
 	l.active[f.key] = true
-	err := newInterp(l.b, l.out, f.sub, depth).run(data)
+	err := newInterp(l.b, l.out, f.sub, depth).run(data.main)
+	for _, a := range data.alts {
+		if err != nil {
+			break
+		}
+		err = newInterp(l.b, l.out, f.sub, depth).run(a)
+	}
 	delete(l.active, f.key)
 	if err != nil {
 		return err

@@ -37,7 +37,7 @@ func (l Limits) withDefaults() Limits {
 // Result is what Read found.
 type Result struct {
 	Pages  int   // page count (at least 1 for any input Read was given: an unreadable file is one page)
-	Unread int64 // bytes that could not be read as text (a file or a stream the reader could not interpret); the caller costs them by a size rule
+	Unread int64 // bytes that could not be read as text (a file or a stream the reader could not interpret; a stream it could not decode counts as its worst expansion, so this may exceed the file's size); the caller costs them by a size rule
 }
 
 // ErrBound reports that a bound of Limits was passed: the caller treats the
@@ -87,8 +87,10 @@ func finish(data []byte, lim Limits, b *budget, out *textOut) (Result, path, err
 		return res, how, ErrBound
 	}
 	res.Pages = max(res.Pages, 1)
-	if res.Unread > int64(len(data)) {
-		res.Unread = int64(len(data))
+	// Sizes count once (the library's and the scan's may overlap); the
+	// estimates of undecodable streams come on top.
+	if res.Unread > int64(len(data))+b.reserved {
+		res.Unread = int64(len(data)) + b.reserved
 	}
 	return res, how, nil
 }
