@@ -21,12 +21,13 @@ import (
 //
 // A request of smaller cost than the one refused is decided as usual (it
 // may fit). A rule changed since (another limit or window: a reload) does
-// not match its old memories. The memory is bounded: LRU shards holding
-// Size entries in all, each entry dropped when its wait ends.
+// not match its old memories. The memory is bounded: up to 16 LRU shards
+// holding size entries in all (a full shard evicts its least recently
+// used entry), each entry dropped when its wait ends.
 type Remember struct {
 	next   Store
 	seed   maphash.Seed
-	shards [rememberShards]rememberShard
+	shards []rememberShard
 	hits   atomic.Int64
 	evicts atomic.Int64
 }
@@ -65,9 +66,15 @@ func NewRemember(next Store, size int) Store {
 	if size <= 0 {
 		return next
 	}
-	r := &Remember{next: next, seed: maphash.MakeSeed()}
-	per := max(size/rememberShards, 1)
+	// Up to 16 shards whose sizes add up to size exactly: the bound holds
+	// for small sizes too. Each shard is an LRU of its own.
+	n := min(rememberShards, size)
+	r := &Remember{next: next, seed: maphash.MakeSeed(), shards: make([]rememberShard, n)}
 	for i := range r.shards {
+		per := size / n
+		if i < size%n {
+			per++
+		}
 		// simplelru's only error is a non-positive size.
 		r.shards[i].lru, _ = simplelru.NewLRU[memoryKey, refusal](per, nil)
 	}
@@ -75,7 +82,7 @@ func NewRemember(next Store, size int) Store {
 }
 
 func (r *Remember) shard(k memoryKey) *rememberShard {
-	return &r.shards[maphash.String(r.seed, k.key)%rememberShards]
+	return &r.shards[maphash.String(r.seed, k.key)%uint64(len(r.shards))]
 }
 
 // Decide implements Store.

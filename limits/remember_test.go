@@ -126,6 +126,13 @@ func TestRememberForgetAndBounds(t *testing.T) {
 	if n := s.Sweep(now.Add(2 * time.Minute)); n != 1 || s.Stats().Entries != 0 {
 		t.Fatalf("Sweep dropped %d", n)
 	}
+	small := limits.NewRemember(inner, 2).(*limits.Remember)
+	for i := range 10 {
+		decideOne(small, r, fmt.Sprint("s", i), 1, now)
+	}
+	if st := small.Stats(); st.Entries != 2 || st.Evictions != 8 {
+		t.Fatalf("10 refusals in a memory of 2: %+v", st)
+	}
 	if limits.NewRemember(inner, 0) != limits.Store(inner) {
 		t.Fatal("size 0 is not the store itself")
 	}
