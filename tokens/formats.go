@@ -107,7 +107,7 @@ func (w *walker) top() error {
 		name := w.fold(key)
 		if bit, ok := decidedIndex[name]; ok {
 			if seen&(1<<bit) != 0 {
-				return &InvalidError{msg: "duplicate member \"" + DecidedMembers[bit] + "\"", final: true}
+				return &InvalidError{msg: "duplicate member \"" + decidedMembers[bit] + "\"", final: true}
 			}
 			seen |= 1 << bit
 			return w.j.skip()

@@ -57,17 +57,17 @@ var topMembers = map[string]topMember{
 	"chat_template":   topContent, // vLLM: the template the messages are rendered with
 }
 
-// DecidedMembers are the top-level members the proxy decides on (the
+// decidedMembers are the top-level members the proxy decides on (the
 // model picks the tokenizer; stream and the output-token fields matter to
 // token budgets, SPEC §8). One that appears twice in the top-level object,
 // in any spelling, makes the body invalid: the proxy cannot know which copy
 // the upstream will read.
-var DecidedMembers = []string{"model", "stream", "max_tokens", "max_completion_tokens", "max_output_tokens"}
+var decidedMembers = []string{"model", "stream", "max_tokens", "max_completion_tokens", "max_output_tokens"}
 
 // decidedIndex maps a folded decided member to its bit in a seen-set.
 var decidedIndex = func() map[string]uint {
 	m := map[string]uint{}
-	for i, name := range DecidedMembers {
+	for i, name := range decidedMembers {
 		m[name] = uint(i)
 	}
 	return m
