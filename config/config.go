@@ -34,6 +34,11 @@ type Config struct {
 	ErrorFormat      string
 	LogLevel         string
 	LogFormat        string
+	TierFrom         string // where a caller's plan comes from: header:NAME (SPEC §7.4)
+	MaxDelayed       int64  // most requests held by delay rules at once
+
+	// Rules are the file's [[rule]] tables (SPEC §7), in file order.
+	Rules []Rule
 
 	// Demo is set by -demo: the upstream is the built-in mock, so
 	// UpstreamURL is not required.
@@ -85,6 +90,7 @@ func Default() Config {
 		ErrorFormat:      "auto",
 		LogLevel:         "info",
 		LogFormat:        "text",
+		MaxDelayed:       1000,
 	}
 }
 

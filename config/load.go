@@ -186,6 +186,8 @@ var settings = []setting{
 	str("error_format", func(c *Config) *string { return &c.ErrorFormat }),
 	str("log_level", func(c *Config) *string { return &c.LogLevel }),
 	str("log_format", func(c *Config) *string { return &c.LogFormat }),
+	str("tier_from", func(c *Config) *string { return &c.TierFrom }),
+	integer("max_delayed", func(c *Config) *int64 { return &c.MaxDelayed }),
 }
 
 // ErrFile wraps a configuration file that cannot be read or parsed; no
@@ -209,6 +211,9 @@ func Load(path string, getenv func(string) (string, bool)) (Config, error) {
 	origin := map[string]string{}
 	var errs []error
 	for key := range k.Raw() {
+		if key == "rule" {
+			continue // file only: decoded below
+		}
 		if !known(key) {
 			errs = append(errs, fmt.Errorf("%s (in %s): unknown key", key, path))
 			continue
@@ -236,6 +241,11 @@ func Load(path string, getenv func(string) (string, bool)) (Config, error) {
 		if err := s.decode(&c, v); err != nil {
 			errs = append(errs, fmt.Errorf("%s = %s: %w", c.name(s.key), quote(v, s.secret), err))
 		}
+	}
+	if raw, ok := k.Raw()["rule"]; ok {
+		rules, rerrs := decodeRules(raw)
+		c.Rules = rules
+		errs = append(errs, rerrs...)
 	}
 	if !c.IsSet("max_body_bytes") {
 		c.MaxBodyBytes = c.MaxFileBytes + 1<<20

@@ -95,6 +95,15 @@ func (c *Config) Validate() error {
 	oneOf("fail_open", c.FailOpen, FailOpenTrue, FailOpenFalse, FailOpenLocal)
 	oneOf("log_level", c.LogLevel, "debug", "info", "warn", "error")
 	oneOf("log_format", c.LogFormat, "text", "json")
+	if c.TierFrom != "" {
+		if err := checkTierFrom(c.TierFrom); err != nil {
+			bad("tier_from", c.TierFrom, "%v", err)
+		}
+	}
+	if c.MaxDelayed < 0 {
+		bad("max_delayed", c.MaxDelayed, "must not be negative")
+	}
+	errs = append(errs, c.validateRules()...)
 	return errors.Join(errs...)
 }
 
@@ -179,7 +188,7 @@ func (c *Config) Write(w io.Writer) error {
 			return err
 		}
 	}
-	return nil
+	return c.writeRules(w)
 }
 
 var userinfo = regexp.MustCompile(`//[^/@]*@`)

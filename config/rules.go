@@ -1,0 +1,595 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Rule is one [[rule]] table of the file (SPEC §7.1), decoded and with its
+// defaults applied. Validate checks it; the proxy compiles it.
+type Rule struct {
+	Name         string
+	Paths        []string    // nil: PROTECTED_PATHS
+	Methods      []string    // upper case; ["*"] for any
+	When         []Condition // sorted by part
+	Key          []string    // key parts (SPEC §7.2), in order
+	OnMissingKey string      // "skip" or "reject"
+	Algorithm    string      // "sliding_window" or "token_bucket"
+	Limit        int64
+	Window       time.Duration
+	Burst        int64 // token_bucket: capacity; meaningful when BurstSet
+	BurstSet     bool
+	Cost         string // "requests"
+	Action       string // "reject", "delay" or "shadow"
+	MaxDelay     time.Duration
+	Tiers        []Tier     // sorted by plan
+	Overrides    []Override // sorted by key
+}
+
+// Condition is one entry of a rule's `when`: a key part and the value it
+// must have, exact or, ending in *, a prefix.
+type Condition struct {
+	Part    string
+	Pattern string
+}
+
+// Tier is a plan's limit on one rule (SPEC §7.4).
+type Tier struct {
+	Plan      string
+	Limit     int64
+	Unlimited bool
+}
+
+// Override is one key's limit on one rule, in the key's public form.
+type Override struct {
+	Key       string
+	Limit     int64
+	Unlimited bool
+}
+
+// Rule field values of SPEC §7.1.
+const (
+	AlgSlidingWindow = "sliding_window"
+	AlgTokenBucket   = "token_bucket"
+	ActionReject     = "reject"
+	ActionDelay      = "delay"
+	ActionShadow     = "shadow"
+	MissingSkip      = "skip"
+	MissingReject    = "reject"
+	CostRequests     = "requests"
+)
+
+// BuiltinRule is the name of the rule CHAT_RPM makes.
+const BuiltinRule = "chat_rpm"
+
+var ruleName = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
+
+// ruleFields are the keys a [[rule]] table may have.
+var ruleFields = []string{"name", "paths", "methods", "when", "key", "on_missing_key", "algorithm", "limit", "window",
+	"burst", "cost", "action", "max_delay", "tiers", "overrides"}
+
+// decodeRules reads the file's [[rule]] tables. Each problem is one error
+// naming the rule and the field: rule "sifen-per-ruc": window "10": missing unit.
+func decodeRules(raw any) ([]Rule, []error) {
+	var tables []map[string]any
+	switch x := raw.(type) {
+	case []map[string]any:
+		tables = x
+	case []any:
+		for _, e := range x {
+			m, ok := e.(map[string]any)
+			if !ok {
+				return nil, []error{errors.New("rule: must be an array of tables ([[rule]])")}
+			}
+			tables = append(tables, m)
+		}
+	default:
+		return nil, []error{errors.New("rule: must be an array of tables ([[rule]])")}
+	}
+	var rules []Rule
+	var errs []error
+	for i, t := range tables {
+		r, rerrs := decodeRule(i, t)
+		rules = append(rules, r)
+		errs = append(errs, rerrs...)
+	}
+	return rules, errs
+}
+
+func decodeRule(i int, t map[string]any) (Rule, []error) {
+	r := Rule{Methods: []string{http.MethodPost}, Key: []string{"caller"}, OnMissingKey: MissingSkip,
+		Algorithm: AlgSlidingWindow, Window: time.Minute, Cost: CostRequests, Action: ActionReject, Limit: -1}
+	label := fmt.Sprintf("rule #%d", i+1)
+	if s, ok := t["name"].(string); ok && s != "" {
+		r.Name = s
+		label = "rule " + strconv.Quote(s)
+	}
+	var errs []error
+	bad := func(field string, v any, format string, args ...any) {
+		var where string
+		if v == nil {
+			where = field
+		} else {
+			where = field + " " + showValue(v)
+		}
+		errs = append(errs, fmt.Errorf("%s: %s: %s", label, where, fmt.Sprintf(format, args...)))
+	}
+	keys := make([]string, 0, len(t))
+	for k := range t {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !slices.Contains(ruleFields, k) {
+			bad(k, nil, "unknown field (a rule has %s)", strings.Join(ruleFields, ", "))
+		}
+	}
+	if v, ok := t["name"]; ok {
+		if _, isStr := v.(string); !isStr {
+			bad("name", v, "not a string")
+		}
+	}
+	strField := func(field string, dst *string) {
+		if v, ok := t[field]; ok {
+			s, ok := v.(string)
+			if !ok {
+				bad(field, v, "not a string")
+				return
+			}
+			*dst = s
+		}
+	}
+	strList := func(field string, dst *[]string) {
+		v, ok := t[field]
+		if !ok {
+			return
+		}
+		var out []string
+		switch x := v.(type) {
+		case []any:
+			for _, e := range x {
+				s, ok := e.(string)
+				if !ok {
+					bad(field, v, "not a list of strings")
+					return
+				}
+				out = append(out, s)
+			}
+		case []string:
+			out = x
+		default:
+			bad(field, v, "not a list of strings")
+			return
+		}
+		*dst = out
+	}
+	durField := func(field string, dst *time.Duration) {
+		v, ok := t[field]
+		if !ok {
+			return
+		}
+		s, ok := v.(string)
+		if !ok {
+			bad(field, v, `missing unit (write "10s", "1m", "24h")`)
+			return
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil {
+			if _, numErr := strconv.ParseFloat(strings.TrimSpace(s), 64); numErr == nil {
+				bad(field, v, `missing unit (write "10s", "1m", "24h")`)
+			} else {
+				bad(field, v, "not a duration")
+			}
+			return
+		}
+		*dst = d
+	}
+	strList("paths", &r.Paths)
+	if _, ok := t["paths"]; ok && r.Paths == nil {
+		r.Paths = []string{}
+	}
+	strList("methods", &r.Methods)
+	for j, m := range r.Methods {
+		r.Methods[j] = strings.ToUpper(strings.TrimSpace(m))
+	}
+	strList("key", &r.Key)
+	strField("on_missing_key", &r.OnMissingKey)
+	strField("algorithm", &r.Algorithm)
+	strField("cost", &r.Cost)
+	strField("action", &r.Action)
+	durField("window", &r.Window)
+	durField("max_delay", &r.MaxDelay)
+	if v, ok := t["limit"]; ok {
+		n, err := wholeNumber(v)
+		if err != nil {
+			bad("limit", v, "%v", err)
+		} else {
+			r.Limit = n
+		}
+	} else {
+		bad("limit", nil, "required (admissions per window, an integer ≥ 0)")
+		r.Limit = 0
+	}
+	if v, ok := t["burst"]; ok {
+		n, err := wholeNumber(v)
+		if err != nil {
+			bad("burst", v, "%v", err)
+		} else {
+			r.Burst, r.BurstSet = n, true
+		}
+	}
+	if v, ok := t["when"]; ok {
+		m, ok := v.(map[string]any)
+		if !ok {
+			bad("when", v, `not a table ({ "header:X-Env" = "prod" })`)
+		}
+		for part, pv := range m {
+			s, ok := pv.(string)
+			if !ok {
+				bad("when", pv, "%s: the value is not a string", part)
+				continue
+			}
+			r.When = append(r.When, Condition{Part: part, Pattern: s})
+		}
+		sort.Slice(r.When, func(a, b int) bool { return r.When[a].Part < r.When[b].Part })
+	}
+	limitTable := func(field string, add func(name string, n int64, unlimited bool)) {
+		v, ok := t[field]
+		if !ok {
+			return
+		}
+		m, ok := v.(map[string]any)
+		if !ok {
+			bad(field, v, "not a table")
+			return
+		}
+		for name, lv := range m {
+			if s, ok := lv.(string); ok && s == "unlimited" {
+				add(name, 0, true)
+				continue
+			}
+			n, err := wholeNumber(lv)
+			if err != nil || n < 0 {
+				bad(field, lv, "%s: must be an integer ≥ 0 or \"unlimited\"", name)
+				continue
+			}
+			add(name, n, false)
+		}
+	}
+	limitTable("tiers", func(name string, n int64, u bool) {
+		r.Tiers = append(r.Tiers, Tier{Plan: name, Limit: n, Unlimited: u})
+	})
+	sort.Slice(r.Tiers, func(a, b int) bool { return r.Tiers[a].Plan < r.Tiers[b].Plan })
+	limitTable("overrides", func(name string, n int64, u bool) {
+		r.Overrides = append(r.Overrides, Override{Key: name, Limit: n, Unlimited: u})
+	})
+	sort.Slice(r.Overrides, func(a, b int) bool { return r.Overrides[a].Key < r.Overrides[b].Key })
+	return r, errs
+}
+
+// wholeNumber reads an integer given as a TOML integer (or a float with no
+// fraction, or a numeric string).
+func wholeNumber(v any) (int64, error) {
+	switch x := v.(type) {
+	case int64:
+		return x, nil
+	case int:
+		return int64(x), nil
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
+			return int64(x), nil
+		}
+	case string:
+		if n, err := strconv.ParseInt(strings.TrimSpace(x), 10, 64); err == nil {
+			return n, nil
+		}
+	}
+	return 0, errors.New("not an integer")
+}
+
+func showValue(v any) string {
+	switch x := v.(type) {
+	case string:
+		return strconv.Quote(x)
+	case []any, map[string]any:
+		return fmt.Sprintf("%v", x)
+	default:
+		return fmt.Sprint(x)
+	}
+}
+
+// KeyPartKinds are the key parts of SPEC §7.2 that take no name.
+var KeyPartKinds = []string{"global", "caller", "api_key", "ip", "method", "path", "model", "tier"}
+
+// CheckKeyPart reports whether part is a key part of SPEC §7.2:
+// a bare kind, or header:NAME, query:NAME, json:a.b.c, xml:Name, form:NAME.
+// jwt:CLAIM needs verified JWT identity (SPEC §7.5), which this release
+// does not have yet.
+func CheckKeyPart(part string) error {
+	if slices.Contains(KeyPartKinds, part) {
+		return nil
+	}
+	kind, name, ok := strings.Cut(part, ":")
+	if !ok {
+		return fmt.Errorf("unknown key part (one of %s, or header:, query:, json:, xml:, form:)", strings.Join(KeyPartKinds, ", "))
+	}
+	if name == "" {
+		return errors.New("a name is missing after " + kind + ":")
+	}
+	switch kind {
+	case "header":
+		if !isToken(name) {
+			return errors.New("not a header name")
+		}
+	case "query", "form":
+		// any name
+	case "json":
+		for seg := range strings.SplitSeq(name, ".") {
+			if seg == "" {
+				return errors.New("an empty segment in the JSON path (write json:a.b.c)")
+			}
+		}
+	case "xml":
+		if strings.ContainsAny(name, " \t\r\n<>/&\"'=") || strings.Contains(name, ":") {
+			return errors.New("not an XML local name (namespaces are ignored: write xml:dRucEm)")
+		}
+	case "jwt":
+		return errors.New("jwt: key parts need verified JWT identity (SPEC §7.5), which this release does not have")
+	default:
+		return fmt.Errorf("unknown key part kind %q (header, query, json, xml or form)", kind)
+	}
+	return nil
+}
+
+// BodyPart reports whether a key part is read from the request body.
+func BodyPart(part string) bool {
+	if part == "model" {
+		return true
+	}
+	kind, _, _ := strings.Cut(part, ":")
+	return kind == "json" || kind == "xml" || kind == "form"
+}
+
+func isToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// validateRules checks the rules and the settings they use; each error
+// names the rule and the field.
+func (c *Config) validateRules() []error {
+	var errs []error
+	seen := map[string]bool{}
+	if c.ChatRPMRule() {
+		seen[BuiltinRule] = true
+	}
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		label := fmt.Sprintf("rule #%d", i+1)
+		if r.Name != "" {
+			label = "rule " + strconv.Quote(r.Name)
+		}
+		bad := func(field string, v any, format string, args ...any) {
+			where := field
+			if v != nil {
+				where += " " + showValue(v)
+			}
+			errs = append(errs, fmt.Errorf("%s: %s: %s", label, where, fmt.Sprintf(format, args...)))
+		}
+		switch {
+		case r.Name == "":
+			bad("name", nil, "required ([a-z0-9_.-], at most 64 characters)")
+		case !ruleName.MatchString(r.Name):
+			bad("name", r.Name, "must be 1 to 64 of a-z, 0-9, _, . and -")
+		case seen[r.Name] && r.Name == BuiltinRule:
+			bad("name", r.Name, "taken by the built-in rule that chat_rpm makes")
+		case seen[r.Name]:
+			bad("name", r.Name, "used by an earlier rule")
+		}
+		seen[r.Name] = true
+		if r.Paths != nil && len(r.Paths) == 0 {
+			bad("paths", nil, "empty: leave it out for protected_paths, or list at least one path")
+		}
+		for _, p := range r.Paths {
+			if err := checkProtectedPath(p); err != nil {
+				bad("paths", p, "%v", err)
+			}
+		}
+		if len(r.Methods) == 0 {
+			bad("methods", nil, `empty: leave it out for ["POST"], or write ["*"] for any`)
+		}
+		for _, m := range r.Methods {
+			if m != "*" && !isToken(m) || m == "*" && len(r.Methods) > 1 {
+				bad("methods", m, `not a method (write ["POST"], or ["*"] alone for any)`)
+			}
+		}
+		if len(r.Key) == 0 {
+			bad("key", nil, `empty: leave it out for ["caller"]`)
+		}
+		for _, p := range r.Key {
+			if err := CheckKeyPart(p); err != nil {
+				bad("key", p, "%v", err)
+			}
+			if p == "tier" && c.TierFrom == "" {
+				bad("key", p, "needs tier_from (where a caller's plan comes from)")
+			}
+		}
+		for _, w := range r.When {
+			if err := CheckKeyPart(w.Part); err != nil {
+				bad("when", w.Part, "%v", err)
+			}
+		}
+		if r.OnMissingKey != MissingSkip && r.OnMissingKey != MissingReject {
+			bad("on_missing_key", r.OnMissingKey, `must be "skip" or "reject"`)
+		}
+		switch r.Algorithm {
+		case AlgSlidingWindow:
+			if r.BurstSet {
+				bad("burst", r.Burst, `only with algorithm = "token_bucket"`)
+			}
+		case AlgTokenBucket:
+		default:
+			bad("algorithm", r.Algorithm, `must be "sliding_window" or "token_bucket"`)
+		}
+		if r.Limit < 0 {
+			bad("limit", r.Limit, "must not be negative")
+		}
+		if r.BurstSet && r.Burst < 0 {
+			bad("burst", r.Burst, "must not be negative")
+		}
+		if r.Window < time.Second {
+			bad("window", durationText(r.Window), "must be at least 1s")
+		}
+		switch r.Cost {
+		case CostRequests:
+		case "input_tokens", "total_tokens", "usd":
+			bad("cost", r.Cost, `token and money budgets (SPEC §8) are not in this release: only "requests"`)
+		default:
+			bad("cost", r.Cost, `must be "requests"`)
+		}
+		switch r.Action {
+		case ActionReject, ActionShadow:
+			if r.MaxDelay != 0 {
+				bad("max_delay", durationText(r.MaxDelay), `only with action = "delay"`)
+			}
+		case ActionDelay:
+			if r.MaxDelay <= 0 {
+				bad("max_delay", nil, `required with action = "delay" (the longest a request is held, e.g. "5s")`)
+			}
+		default:
+			bad("action", r.Action, `must be "reject", "delay" or "shadow"`)
+		}
+		if len(r.Tiers) > 0 && c.TierFrom == "" {
+			bad("tiers", nil, "needs tier_from (where a caller's plan comes from, e.g. \"header:X-Plan\")")
+		}
+		for _, o := range r.Overrides {
+			if err := checkOverrideKey(o.Key, r.Key); err != nil {
+				bad("overrides", o.Key, "%v", err)
+			}
+		}
+	}
+	return errs
+}
+
+// checkOverrideKey checks that an override names a key of the rule's
+// shape: its public form (SPEC §5), one name=value per key part, in order.
+func checkOverrideKey(k string, parts []string) error {
+	got := strings.Split(k, "&")
+	if len(got) != len(parts) {
+		return fmt.Errorf("not a key of this rule: write %s", keyShape(parts))
+	}
+	for i, g := range got {
+		name, _, ok := strings.Cut(g, "=")
+		if !ok || name != parts[i] {
+			return fmt.Errorf("not a key of this rule: write %s", keyShape(parts))
+		}
+	}
+	return nil
+}
+
+func keyShape(parts []string) string {
+	s := make([]string, len(parts))
+	for i, p := range parts {
+		s[i] = p + "=…"
+	}
+	return strconv.Quote(strings.Join(s, "&"))
+}
+
+// ChatRPMRule reports whether the built-in chat_rpm rule exists: when the
+// file defines no [[rule]], or when CHAT_RPM is set explicitly (SPEC §7.1).
+func (c *Config) ChatRPMRule() bool {
+	return len(c.Rules) == 0 || c.IsSet("chat_rpm")
+}
+
+// checkTierFrom checks TIER_FROM: header:NAME (jwt:CLAIM needs SPEC §7.5).
+func checkTierFrom(s string) error {
+	kind, name, ok := strings.Cut(s, ":")
+	switch {
+	case !ok || name == "":
+		return errors.New(`write "header:NAME"`)
+	case kind == "header":
+		if !isToken(name) {
+			return errors.New("not a header name")
+		}
+		return nil
+	case kind == "jwt":
+		return errors.New("jwt: needs verified JWT identity (SPEC §7.5), which this release does not have")
+	}
+	return errors.New(`write "header:NAME"`)
+}
+
+// writeRules prints the rules as TOML [[rule]] tables with every field's
+// effective value, the built-in rule first when it exists.
+func (c *Config) writeRules(w io.Writer) error {
+	var b strings.Builder
+	if c.ChatRPMRule() && len(c.Rules) > 0 {
+		fmt.Fprintf(&b, "\n# the built-in rule: chat_rpm is set explicitly, so it is evaluated first\n")
+		fmt.Fprintf(&b, "# [[rule]] name = %q, key = [\"caller\"], limit = %d, window = \"60s\", paths = protected_paths\n", BuiltinRule, c.ChatRPM)
+	}
+	for _, r := range c.Rules {
+		b.WriteString("\n[[rule]]\n")
+		fmt.Fprintf(&b, "name = %s\n", strconv.Quote(r.Name))
+		if r.Paths == nil {
+			b.WriteString("paths = " + tomlValue(c.ProtectedPaths) + " # protected_paths\n")
+		} else {
+			b.WriteString("paths = " + tomlValue(r.Paths) + "\n")
+		}
+		b.WriteString("methods = " + tomlValue(r.Methods) + "\n")
+		if len(r.When) > 0 {
+			parts := make([]string, len(r.When))
+			for i, w := range r.When {
+				parts[i] = strconv.Quote(w.Part) + " = " + strconv.Quote(w.Pattern)
+			}
+			b.WriteString("when = { " + strings.Join(parts, ", ") + " }\n")
+		}
+		b.WriteString("key = " + tomlValue(r.Key) + "\n")
+		fmt.Fprintf(&b, "on_missing_key = %q\nalgorithm = %q\nlimit = %d\nwindow = %q\n", r.OnMissingKey, r.Algorithm, r.Limit, durationText(r.Window))
+		if r.Algorithm == AlgTokenBucket {
+			burst := r.Limit
+			if r.BurstSet {
+				burst = r.Burst
+			}
+			fmt.Fprintf(&b, "burst = %d\n", burst)
+		}
+		fmt.Fprintf(&b, "cost = %q\naction = %q\n", r.Cost, r.Action)
+		if r.Action == ActionDelay {
+			fmt.Fprintf(&b, "max_delay = %q\n", durationText(r.MaxDelay))
+		}
+		limitValue := func(n int64, unlimited bool) string {
+			if unlimited {
+				return `"unlimited"`
+			}
+			return strconv.FormatInt(n, 10)
+		}
+		if len(r.Tiers) > 0 {
+			parts := make([]string, len(r.Tiers))
+			for i, t := range r.Tiers {
+				parts[i] = strconv.Quote(t.Plan) + " = " + limitValue(t.Limit, t.Unlimited)
+			}
+			b.WriteString("tiers = { " + strings.Join(parts, ", ") + " }\n")
+		}
+		if len(r.Overrides) > 0 {
+			parts := make([]string, len(r.Overrides))
+			for i, o := range r.Overrides {
+				parts[i] = strconv.Quote(o.Key) + " = " + limitValue(o.Limit, o.Unlimited)
+			}
+			b.WriteString("overrides = { " + strings.Join(parts, ", ") + " }\n")
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

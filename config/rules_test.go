@@ -1,0 +1,133 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/config"
+)
+
+func loadRules(t *testing.T, body string, environ map[string]string) (config.Config, error) {
+	t.Helper()
+	c, err := config.Load(writeFile(t, "upstream_url = \"http://127.0.0.1:1\"\n"+body), env(environ))
+	if err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+// The SPEC's example rules load with their defaults applied.
+func TestRulesDecodeWithDefaults(t *testing.T) {
+	c, err := loadRules(t, `
+tier_from = "header:X-Plan"
+
+[[rule]]
+name      = "chat-per-user"
+paths     = ["/api/chat", "/v1/chat/completions"]
+key       = ["caller"]
+algorithm = "token_bucket"
+limit     = 20
+window    = "1m"
+burst     = 5
+tiers     = { free = 10, pro = 60, expert = "unlimited" }
+
+[[rule]]
+name           = "sifen-per-ruc"
+paths          = ["/sifen/*"]
+key            = ["xml:dRucEm", "header:X-Sifen-Env"]
+limit          = 1
+window         = "10s"
+on_missing_key = "skip"
+
+[[rule]]
+name   = "daily-per-key"
+key    = ["api_key"]
+limit  = 500
+window = "24h"
+action = "shadow"
+overrides = { "api_key=3f9a000000000000" = 5000 }
+when = { "header:X-Env" = "prod", "model" = "gpt-4o*" }
+`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ChatRPMRule() {
+		t.Error("chat_rpm exists though the file has rules and does not set chat_rpm")
+	}
+	if len(c.Rules) != 3 {
+		t.Fatalf("%d rules", len(c.Rules))
+	}
+	bucket, sifen, daily := c.Rules[0], c.Rules[1], c.Rules[2]
+	if bucket.Algorithm != "token_bucket" || !bucket.BurstSet || bucket.Burst != 5 || bucket.Window != time.Minute ||
+		len(bucket.Tiers) != 3 || bucket.Tiers[0] != (config.Tier{Plan: "expert", Unlimited: true}) || bucket.Tiers[1] != (config.Tier{Plan: "free", Limit: 10}) {
+		t.Errorf("bucket rule: %+v", bucket)
+	}
+	if sifen.Methods[0] != "POST" || sifen.Key[0] != "xml:dRucEm" || sifen.Window != 10*time.Second || sifen.Action != "reject" || sifen.Algorithm != "sliding_window" {
+		t.Errorf("sifen rule: %+v", sifen)
+	}
+	if daily.Paths != nil || daily.Action != "shadow" || len(daily.When) != 2 || daily.When[0].Part != "header:X-Env" || daily.Overrides[0].Limit != 5000 {
+		t.Errorf("daily rule: %+v", daily)
+	}
+	var out strings.Builder
+	if err := c.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`name = "sifen-per-ruc"`, `burst = 5`, `tiers = { "expert" = "unlimited", "free" = 10, "pro" = 60 }`, `action = "shadow"`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("-check output lacks %s:\n%s", want, out.String())
+		}
+	}
+}
+
+// CHAT_RPM set explicitly keeps the built-in rule beside the file's.
+func TestChatRPMBesideRules(t *testing.T) {
+	const rule = "[[rule]]\nname = \"a\"\nlimit = 1\n"
+	c, err := loadRules(t, rule, map[string]string{"CHAT_RPM": "7"})
+	if err != nil || !c.ChatRPMRule() {
+		t.Fatalf("CHAT_RPM set: rule %v, err %v", c.ChatRPMRule(), err)
+	}
+	c, err = loadRules(t, "chat_rpm = 7\n"+rule, nil)
+	if err != nil || !c.ChatRPMRule() {
+		t.Fatalf("chat_rpm in the file: rule %v, err %v", c.ChatRPMRule(), err)
+	}
+	if _, err := loadRules(t, "chat_rpm = 7\n[[rule]]\nname = \"chat_rpm\"\nlimit = 1\n", nil); err == nil ||
+		!strings.Contains(err.Error(), `rule "chat_rpm": name "chat_rpm": taken by the built-in rule`) {
+		t.Errorf("a rule named chat_rpm beside CHAT_RPM: %v", err)
+	}
+}
+
+// Every bad field is one line naming the rule and the field.
+func TestRuleErrorsNameRuleAndField(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"[[rule]]\nname = \"sifen-per-ruc\"\nlimit = 1\nwindow = \"10\"\n", `rule "sifen-per-ruc": window "10": missing unit`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\nwindow = 10\n", `rule "x": window 10: missing unit`},
+		{"[[rule]]\nname = \"x\"\n", `rule "x": limit: required`},
+		{"[[rule]]\nname = \"x\"\nlimit = -1\n", `rule "x": limit -1: must not be negative`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1.5\n", `rule "x": limit 1.5: not an integer`},
+		{"[[rule]]\nlimit = 1\n", `rule #1: name: required`},
+		{"[[rule]]\nname = \"Bad Name\"\nlimit = 1\n", `rule "Bad Name": name "Bad Name": must be 1 to 64`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\n[[rule]]\nname = \"x\"\nlimit = 2\n", `rule "x": name "x": used by an earlier rule`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\nwindow = \"500ms\"\n", `rule "x": window "500ms": must be at least 1s`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\nalgorithm = \"leaky\"\n", `rule "x": algorithm "leaky": must be`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\nburst = 3\n", `rule "x": burst 3: only with algorithm = "token_bucket"`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\naction = \"delay\"\n", `rule "x": max_delay: required with action = "delay"`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\naction = \"drop\"\n", `rule "x": action "drop": must be`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\nkey = [\"cookie:a\"]\n", `rule "x": key "cookie:a": unknown key part kind`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\nkey = [\"json:a..b\"]\n", `rule "x": key "json:a..b": an empty segment`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\nkey = [\"tier\"]\n", `rule "x": key "tier": needs tier_from`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\non_missing_key = \"deny\"\n", `rule "x": on_missing_key "deny": must be "skip" or "reject"`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\nlimits = 2\n", `rule "x": limits: unknown field`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\npaths = [\"v1/chat\"]\n", `rule "x": paths "v1/chat": a path starts with /`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\ntiers = { free = 1 }\n", `rule "x": tiers: needs tier_from`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\noverrides = { \"ip=1.2.3.4\" = 5 }\n", `rule "x": overrides "ip=1.2.3.4": not a key of this rule: write "caller=…"`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\ncost = \"usd\"\n", `rule "x": cost "usd": token and money budgets`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\nwhen = { \"header:X-Env\" = 1 }\n", `rule "x": when 1: header:X-Env: the value is not a string`},
+		{"tier_from = \"cookie:plan\"\n", `tier_from = "cookie:plan": write "header:NAME"`},
+	} {
+		_, err := loadRules(t, tc.body, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q:\n got %v\nwant %s", tc.body, err, tc.want)
+		}
+	}
+}
