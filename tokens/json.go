@@ -183,10 +183,13 @@ func (j *jsonReader) object(field func(key []byte) error) error {
 			})
 			key = j.keyAcc
 		} else {
+			long := false
 			err = j.str(func(p []byte) error {
-				if len(key)+len(p) <= 256 { // longer keys are no key we look for
-					key = append(key, p...)
+				if long || len(key)+len(p) > 256 { // no key we look for, nor is its end:
+					long, key = true, append(key[:0], 0xff) // it folds to U+FFFD, in no table
+					return nil
 				}
+				key = append(key, p...)
 				return nil
 			})
 		}

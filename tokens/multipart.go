@@ -258,17 +258,13 @@ func rawImageSize(data []byte) (int, int) {
 	return 0, 0
 }
 
-// formModel returns a URL-encoded form's model field ("" if none); a form
-// of more than 1 MiB is not parsed (its model is not read) and one with
-// two model fields is refused, as a JSON body with two is.
-func formModel(r io.Reader, size int64) (string, error) {
-	if size > 1<<20 {
-		return "", nil
-	}
-	b, err := io.ReadAll(r)
-	if err != nil {
-		return "", err
-	}
+// maxParsedForm is the largest URL-encoded form parsed in memory: a
+// larger one's model is not read, and it is counted as text.
+const maxParsedForm = 1 << 20
+
+// formModel returns a URL-encoded form's model field ("" if none); one
+// with two model fields is refused, as a JSON body with two is.
+func formModel(b []byte) (string, error) {
 	vals, err := url.ParseQuery(string(b))
 	if err != nil {
 		return "", nil // not a form: counted as text
@@ -291,7 +287,7 @@ func formModel(r io.Reader, size int64) (string, error) {
 // countForm counts a URL-encoded form's text fields; a form too large to
 // parse in memory, or that does not parse, is counted as text.
 func countForm(r io.Reader, size int64, m *meter) error {
-	if size <= 1<<20 {
+	if size <= maxParsedForm {
 		b, err := io.ReadAll(r)
 		if err != nil {
 			return err

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"mime"
 	"strings"
 )
 
@@ -51,6 +50,9 @@ type Request struct {
 	Body        io.ReaderAt // read more than once (a first pass finds the model)
 	Size        int64
 	Model       string // when set, overrides the body's model field
+	// Fields, when non-nil, are the body key parts Estimate also reads, in
+	// its first pass (see Fields and ReadFields).
+	Fields *Fields
 }
 
 // Estimate is the result of counting a request.
@@ -62,6 +64,8 @@ type Estimate struct {
 	// limit; Tokens is then the count reached, a lower bound of the full
 	// count and above the limit.
 	Stopped bool
+	// Values are the key parts of Request.Fields, when it was set.
+	Values Values
 }
 
 // ErrInvalid is wrapped by every error about a body that cannot be parsed
@@ -71,37 +75,22 @@ var ErrInvalid = errors.New("invalid request body")
 // Estimate counts the input tokens of req, stopping once the count passes
 // limit (negative: count everything). A body that cannot be parsed as its
 // content type says gives an error wrapping ErrInvalid, whose message
-// tells where (never what).
+// tells where (never what). When req.Fields is set, the key parts it
+// names are read in the first pass, the one that finds the model, and
+// returned in Values; they change nothing of the count.
 func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
-	mediaType, params := "application/json", map[string]string(nil)
-	if req.ContentType != mediaType { // the common case needs no parsing
-		mediaType, params, _ = mime.ParseMediaType(req.ContentType)
+	p := newPass(req)
+	if p.kind == bodyNotUTF8 {
+		return Estimate{}, invalid(errNotUTF8JSON)
 	}
-	open := func() io.Reader { return io.NewSectionReader(req.Body, 0, req.Size) }
-	kind := t.bodyKind(mediaType, open())
-	if kind == bodyNotUTF8 {
-		return Estimate{}, invalid(&InvalidError{msg: "a JSON body must be UTF-8 without a byte order mark"})
-	}
-
-	model := req.Model
-	if model == "" {
-		var err error
-		switch kind {
-		case bodyJSON:
-			model, err = jsonModel(open())
-		case bodyMultipart:
-			model, err = multipartModel(open(), params["boundary"])
-		case bodyForm:
-			model, err = formModel(open(), req.Size)
-		}
-		var inv *InvalidError
-		if kind == bodyJSON && !isJSONType(mediaType) && errors.As(err, &inv) && !inv.final {
-			kind, err = bodyText, nil // it only looked like JSON
-		}
-		if err != nil {
+	if req.Model == "" || !req.Fields.none() {
+		if err := p.first(); err != nil {
 			return Estimate{}, invalid(err)
 		}
+	} else {
+		p.model = req.Model
 	}
+	kind, model, mediaType := p.kind, p.model, p.mediaType
 	c := t.counterFor(model)
 	if err := load(c); err != nil {
 		return Estimate{}, err
@@ -110,13 +99,13 @@ func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
 	var err error
 	switch kind {
 	case bodyJSON:
-		err = countJSON(open(), req.Format, model, m)
+		err = countJSON(p.open(), req.Format, model, m)
 	case bodyMultipart:
-		err = countMultipart(open(), params["boundary"], pricing{model: model, anthropic: req.Format == FormatMessages}, m)
+		err = countMultipart(p.open(), p.params["boundary"], pricing{model: model, anthropic: req.Format == FormatMessages}, m)
 	case bodyForm:
-		err = countForm(open(), req.Size, m)
+		err = countForm(p.open(), req.Size, m)
 	default:
-		err = countText(open(), m)
+		err = countText(p.open(), m)
 	}
 	if err == nil && req.Format == FormatSeedChat && kind == bodyMultipart {
 		err = m.add(SeedOverhead)
@@ -124,21 +113,22 @@ func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
 	var inv *InvalidError
 	if kind == bodyJSON && errors.As(err, &inv) && !inv.final && !isJSONType(mediaType) {
 		// It only looked like JSON, and its type never said it was: the
-		// model reads it as text.
+		// model reads it as text, and it has no JSON members.
 		m = &meter{c: c, limit: limit}
-		err = countText(open(), m)
+		err = countText(p.open(), m)
+		clear(p.values.JSON)
 	}
 	if kind == bodyJSON && mediaType == "application/x-www-form-urlencoded" && !errors.As(err, &inv) {
 		// JSON sent as a form (curl -d) is also a form to a form parser:
 		// {"x":"&message=…&"} holds a message field. The larger reading
 		// counts.
 		fm := &meter{c: c, limit: limit}
-		ferr := countForm(open(), req.Size, fm)
+		ferr := countForm(p.open(), req.Size, fm)
 		if fm.total > m.total {
 			m, err = fm, ferr
 		}
 	}
-	est := Estimate{Tokens: m.total, Model: model, Encoding: c.Name(), Stopped: errors.Is(err, errStop)}
+	est := Estimate{Tokens: m.total, Model: model, Encoding: c.Name(), Stopped: errors.Is(err, errStop), Values: p.values}
 	if err != nil && !est.Stopped {
 		return est, invalid(err)
 	}
@@ -163,10 +153,10 @@ const (
 	bodyNotUTF8 // JSON behind a byte order mark, or in UTF-16 or UTF-32
 )
 
-// bodyKind decides how to read a body: by its media type, and for the
+// bodyKindOf decides how to read a body: by its media type, and for the
 // types clients send carelessly (curl -d's form type, none, text/plain) by
 // whether it starts like JSON.
-func (t *Tokenizer) bodyKind(mediaType string, body io.Reader) bodyKind {
+func bodyKindOf(mediaType string, body io.Reader) bodyKind {
 	switch {
 	case isJSONType(mediaType):
 		return bodyJSON

@@ -3,6 +3,16 @@
 // request's model, plus each format's published overhead. Counting stops
 // as soon as a cap is passed, so its cost is bounded by the cap, not by the
 // input. It knows nothing of HTTP.
+//
+// It also reads the body fields that rate-limit rules key on (Fields: a
+// JSON member by dotted path, the text of an XML element by local name, a
+// form field), in the first pass Estimate makes over a body to find its
+// model, or alone with ReadFields. They are read as the count reads the
+// body: JSON member names after unescaping and with Unicode simple
+// folding, a member the proxy decides on (the model, a key's member)
+// repeated in any spelling refused, so that no copy the upstream might
+// read instead goes unseen. Every reader stays within the body it is
+// given, in time linear in its size.
 package tokens
 
 import (
