@@ -2,11 +2,15 @@ package limits_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/redistest"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 )
 
@@ -25,6 +29,110 @@ func BenchmarkDecideWarmKey(b *testing.B) {
 		if _, err := s.Decide(ctx, hits, now, out); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkDecide5Rules is one decision of a batch of five rules (three
+// sliding windows, two token buckets) on warm keys, admitted and refused
+// in turn: the critical section of a request under SPEC §7 rules.
+func BenchmarkDecide5Rules(b *testing.B) {
+	for _, peek := range []bool{false, true} {
+		name := "decide"
+		if peek {
+			name = "peek"
+		}
+		b.Run(name, func(b *testing.B) {
+			s := limits.NewMemory(limits.MemoryOptions{})
+			hits := fiveRules(limits.KeyOf("caller", "ip:203.0.113.7"), 20)
+			out := make([]limits.Decision, len(hits))
+			ctx := context.Background()
+			now := t0
+			b.ReportAllocs()
+			for b.Loop() {
+				now = now.Add(time.Millisecond)
+				var err error
+				if peek {
+					_, err = s.Peek(ctx, hits, now, out)
+				} else {
+					_, err = s.Decide(ctx, hits, now, out)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDecideTokenBucket is one token-bucket decision on a warm key.
+func BenchmarkDecideTokenBucket(b *testing.B) {
+	s := limits.NewMemory(limits.MemoryOptions{})
+	hits := []limits.Hit{{Rule: tb("bucket", 20, time.Minute, 5), Key: limits.KeyOf("caller", "ip:203.0.113.7"), Cost: 1}}
+	out := make([]limits.Decision, 1)
+	ctx := context.Background()
+	now := t0
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Millisecond)
+		if _, err := s.Decide(ctx, hits, now, out); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// fiveRules is a batch of three sliding windows and two token buckets on
+// key, each admitting limit a minute.
+func fiveRules(key limits.Key, limit int64) []limits.Hit {
+	rules := []*limits.Rule{
+		sw("per-caller", limit, time.Minute), tb("burst", limit, time.Minute, limit/4+1),
+		sw("per-hour", 60*limit, time.Hour), tb("per-model", 2*limit, time.Minute, limit),
+		sw("per-day", 1440*limit, 24*time.Hour),
+	}
+	hits := make([]limits.Hit, len(rules))
+	for i, r := range rules {
+		hits[i] = limits.Hit{Rule: r, Key: key, Cost: 1}
+	}
+	return hits
+}
+
+// BenchmarkRedisDecide1 and BenchmarkRedisDecide5 are one decision of one
+// hit and of a batch of five (one round trip each) against a local
+// redis-server, on warm keys, admitted (the writing path).
+func BenchmarkRedisDecide1(b *testing.B) { benchRedis(b, 1) }
+func BenchmarkRedisDecide5(b *testing.B) { benchRedis(b, 5) }
+
+func benchRedis(b *testing.B, n int) {
+	srv := redistest.Start(b)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2})
+	b.Cleanup(func() { client.Close() })
+	for _, alg := range []limits.Algorithm{limits.SlidingWindow, limits.TokenBucket, "mixed"} {
+		b.Run(string(alg), func(b *testing.B) {
+			s := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: fmt.Sprintf("bench%d:", prefixes.Add(1)), Timeout: time.Second})
+			b.Cleanup(s.Close)
+			if err := s.Warm(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			key := limits.KeyOf("caller", "ip:203.0.113.7")
+			var hits []limits.Hit
+			for i := range n {
+				r := sw(fmt.Sprint("r", i), 1<<40, time.Minute)
+				if alg == limits.TokenBucket || (alg == "mixed" && i%2 == 1) {
+					r = tb(fmt.Sprint("r", i), 1<<40, time.Minute, 1<<40)
+				}
+				hits = append(hits, limits.Hit{Rule: r, Key: key, Cost: 1})
+			}
+			out := make([]limits.Decision, n)
+			ctx := context.Background()
+			for range 100 { // warm keys
+				s.Decide(ctx, hits, time.Now(), out)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if ok, err := s.Decide(ctx, hits, time.Now(), out); err != nil || !ok {
+					b.Fatal(ok, err)
+				}
+			}
+		})
 	}
 }
 

@@ -25,3 +25,27 @@ func ExampleMemory_Decide() {
 	// t=41s allowed=false remaining=0 retry_after=19s
 	// t=61s allowed=true remaining=0 retry_after=0s
 }
+
+// A token bucket admits a burst, then one request per refill; a shadow
+// rule counts alongside without ever refusing.
+func ExampleMemory_Decide_tokenBucket() {
+	store := limits.NewMemory(limits.MemoryOptions{})
+	chat := &limits.Rule{Name: "chat-per-user", Algorithm: limits.TokenBucket, Limit: 20, Window: time.Minute, Burst: 3}
+	daily := &limits.Rule{Name: "daily-per-key", Algorithm: limits.SlidingWindow, Limit: 2, Window: 24 * time.Hour, Shadow: true}
+	key := limits.KeyOf("caller", "key:3f2a")
+	hits := []limits.Hit{{Rule: chat, Key: key, Cost: 1}, {Rule: daily, Key: key, Cost: 1}}
+	out := make([]limits.Decision, len(hits))
+
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, ms := range []int{0, 0, 0, 0, 3000} {
+		ok, _ := store.Decide(context.Background(), hits, start.Add(time.Duration(ms)*time.Millisecond), out)
+		fmt.Printf("t=%dms allowed=%v remaining=%d retry_after=%v shadow_would_allow=%v\n",
+			ms, ok, out[0].Remaining, out[0].RetryAfter, out[1].Allowed)
+	}
+	// Output:
+	// t=0ms allowed=true remaining=2 retry_after=0s shadow_would_allow=true
+	// t=0ms allowed=true remaining=1 retry_after=0s shadow_would_allow=true
+	// t=0ms allowed=true remaining=0 retry_after=0s shadow_would_allow=false
+	// t=0ms allowed=false remaining=0 retry_after=3s shadow_would_allow=false
+	// t=3000ms allowed=true remaining=0 retry_after=0s shadow_would_allow=false
+}

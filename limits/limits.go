@@ -1,7 +1,16 @@
 // Package limits decides whether a request may pass a set of rate-limit
 // rules. It knows nothing of HTTP: callers describe a request as a batch of
-// hits (rule, key, cost) and pass the current time; a store decides the batch
-// in one atomic step and answers with one Decision per hit.
+// hits (rule, key, cost, and the limits in force for that key) and pass the
+// current time; a store decides the batch in one atomic step and answers
+// with one Decision per hit.
+//
+// A rule counts with a sliding window (at most Limit units in any rolling
+// Window) or a token bucket (Burst tokens that refill at Limit per Window).
+// The batch is admitted when every enforcing hit admits; a shadow hit never
+// vetoes it and is recorded only when it fits. A refused batch records
+// nothing. Stores also Peek (the same evaluation, recording nothing) and
+// Reset a key's counters. Memory keeps the counters in process, Redis
+// shares them between instances; Remember and Fallback wrap either.
 package limits
 
 import (
@@ -14,15 +23,27 @@ import (
 // Algorithm names how a rule counts.
 type Algorithm string
 
-// SlidingWindow admits at most Limit cost units in any rolling Window.
-const SlidingWindow Algorithm = "sliding_window"
+const (
+	// SlidingWindow admits at most Limit cost units in any rolling Window.
+	SlidingWindow Algorithm = "sliding_window"
+	// TokenBucket keeps a bucket of Burst tokens, full at first, refilled
+	// continuously at Limit per Window and never above Burst; a hit is
+	// admitted when the bucket holds its cost, which it then takes.
+	TokenBucket Algorithm = "token_bucket"
+)
 
 // Rule is the counting policy of one named limit.
 type Rule struct {
 	Name      string        // unique; names the counters of every key of this rule
-	Algorithm Algorithm     // SlidingWindow
-	Limit     int64         // cost units admitted per Window; 0 refuses everything
-	Window    time.Duration // rolling window, > 0
+	Algorithm Algorithm     // SlidingWindow or TokenBucket
+	Limit     int64         // cost units admitted (TokenBucket: refilled) per Window; 0 refuses everything
+	Window    time.Duration // > 0
+	// Burst is a TokenBucket's capacity (>= 0), set by the caller; a
+	// SlidingWindow ignores it.
+	Burst int64
+	// Shadow makes the rule count and report without ever refusing: its
+	// hits do not veto a batch, and are recorded only when they fit.
+	Shadow bool
 }
 
 // Validate reports a rule the stores cannot evaluate.
@@ -30,12 +51,14 @@ func (r *Rule) Validate() error {
 	switch {
 	case r.Name == "":
 		return errors.New("rule has no name")
-	case r.Algorithm != SlidingWindow:
+	case r.Algorithm != SlidingWindow && r.Algorithm != TokenBucket:
 		return errors.New("rule " + r.Name + ": unknown algorithm " + string(r.Algorithm))
 	case r.Limit < 0:
 		return errors.New("rule " + r.Name + ": negative limit")
-	case r.Window <= 0:
-		return errors.New("rule " + r.Name + ": window must be positive")
+	case r.Burst < 0:
+		return errors.New("rule " + r.Name + ": negative burst")
+	case r.Window < time.Microsecond:
+		return errors.New("rule " + r.Name + ": window must be at least 1µs")
 	}
 	return nil
 }
@@ -100,37 +123,69 @@ type Hit struct {
 	Rule *Rule
 	Key  Key
 	Cost int64 // units the request consumes; 1 for a request-counting rule
+	// Own makes Limit and Burst this hit's effective limit and capacity
+	// (a plan's tier, a per-key override) instead of the rule's.
+	Own   bool
+	Limit int64
+	Burst int64
+}
+
+// Limits returns the hit's effective limit and burst: its own when Own,
+// else its rule's.
+func (h *Hit) Limits() (limit, burst int64) {
+	if h.Own {
+		return h.Limit, h.Burst
+	}
+	return h.Rule.Limit, h.Rule.Burst
 }
 
 // Decision is a rule's answer for one hit. Its fields map onto the
 // X-RateLimit-* and RateLimit headers.
 type Decision struct {
-	Allowed bool // this rule admits the hit (the batch passes only if all do)
-	Limit   int64
-	// Remaining is what is left in the window after this decision: after
-	// recording the hit when the batch was admitted, as it was otherwise.
+	// Allowed says this rule admits the hit; the batch passes only if
+	// every enforcing (non-shadow) hit does. For a shadow hit it says
+	// whether the hit would have been admitted. A hit of cost 0 is always
+	// admitted: it takes nothing.
+	Allowed bool
+	Limit   int64 // the hit's effective limit
+	// Remaining is what is left after this decision: after recording the
+	// hit when it was recorded, as it was otherwise. For a token bucket,
+	// the tokens it holds rounded down (0 when the limit is 0).
 	Remaining int64
 	// RetryAfter is, when Allowed is false, the wait until this hit's cost
-	// would be admitted; at least 1 ns. Zero when Allowed.
+	// would be admitted (the whole window when it never can: a cost above
+	// the limit or the burst, a limit of 0); at least 1 ns. Zero when
+	// Allowed.
 	RetryAfter time.Duration
-	// ResetAfter is the wait until every counted unit has left the window.
+	// ResetAfter is the wait until the key is back to its fresh state:
+	// every counted unit has left the window, or the bucket is full.
 	ResetAfter time.Duration
-	// NextAfter is the wait until more quota is made available (the oldest
-	// counted unit leaves the window); zero when nothing is counted.
+	// NextAfter is the wait until Remaining grows: the oldest counted unit
+	// leaves the window, or the bucket gains a whole token; zero when
+	// nothing is counted (a full bucket).
 	NextAfter time.Duration
 }
 
 // ErrBatch reports a malformed batch (no hits, a nil or invalid rule, a
-// negative cost). It is a caller's bug, never a store failure.
+// negative cost, limit or burst). It is a caller's bug, never a store
+// failure.
 var ErrBatch = errors.New("limits: invalid batch")
 
 // Store decides batches of hits atomically. Implementations are safe for
-// concurrent use.
+// concurrent use. A batch names each (rule, key) at most once.
 type Store interface {
-	// Decide evaluates hits at now. When every rule admits, all hits are
-	// recorded together and allowed is true; otherwise nothing is recorded.
-	// out must have len(hits) elements and receives each hit's decision.
+	// Decide evaluates hits at now. When every enforcing (non-shadow) hit
+	// admits, allowed is true and the hits are recorded together: every
+	// enforcing hit, and each shadow hit that fits. Otherwise nothing is
+	// recorded. out must have len(hits) elements and receives each hit's
+	// decision.
 	Decide(ctx context.Context, hits []Hit, now time.Time, out []Decision) (allowed bool, err error)
+	// Peek evaluates hits at now exactly as Decide would (same costs, same
+	// answers in out and allowed) but records nothing. A hit of cost 0
+	// reads its key's state.
+	Peek(ctx context.Context, hits []Hit, now time.Time, out []Decision) (allowed bool, err error)
+	// Reset forgets the counters of key under rule (both algorithms').
+	Reset(ctx context.Context, rule *Rule, key Key) error
 }
 
 func checkBatch(hits []Hit, out []Decision) error {
@@ -139,7 +194,13 @@ func checkBatch(hits []Hit, out []Decision) error {
 	}
 	for i := range hits {
 		h := &hits[i]
-		if h.Rule == nil || h.Cost < 0 || h.Rule.Window <= 0 || h.Rule.Limit < 0 {
+		if h.Rule == nil || h.Cost < 0 || h.Rule.Window < time.Microsecond {
+			return ErrBatch
+		}
+		if a := h.Rule.Algorithm; a != SlidingWindow && a != TokenBucket {
+			return ErrBatch
+		}
+		if limit, burst := h.Limits(); limit < 0 || burst < 0 {
 			return ErrBatch
 		}
 	}

@@ -27,7 +27,8 @@ type MemoryOptions struct {
 // Memory is an in-process Store: exact, sharded by key, bounded in size.
 // The decision for a batch locks the shards its keys live in, in index
 // order, so a batch is one critical section and concurrent batches on
-// different keys do not contend.
+// different keys do not contend. A counter whose rule changed algorithm or
+// window (a reload) restarts.
 type Memory struct {
 	seed        maphash.Seed
 	perShardCap int
@@ -45,9 +46,22 @@ type stateKey struct {
 	key  string
 }
 
+// entry is the counter of one (rule, key): a sliding window or a token
+// bucket, as isBucket says. w.span is the rule's window in both cases.
 type entry struct {
-	w    window // inline: one cache miss less per decision
-	last int64  // unix ns of the last decision that touched it, for LRU
+	w        window // inline: one cache miss less per decision
+	b        bucket
+	touched  uint32 // unix seconds of the last decision that touched it, for LRU
+	isBucket bool
+}
+
+// idle reports whether the entry holds nothing at now that a fresh one
+// would not: its window is empty, or its bucket is full.
+func (e *entry) idle(now int64) bool {
+	if e.isBucket {
+		return e.b.full <= now/1000
+	}
+	return e.w.idle(now)
 }
 
 type shard struct {
@@ -79,6 +93,34 @@ const maxInlineHits = 8
 
 // Decide implements Store. It never fails but for a malformed batch.
 func (m *Memory) Decide(_ context.Context, hits []Hit, now time.Time, out []Decision) (bool, error) {
+	return m.evaluate(hits, now, out, true)
+}
+
+// Peek implements Store, under the same locks as Decide. It creates no
+// counter: a key the store does not hold is evaluated as a fresh one.
+func (m *Memory) Peek(_ context.Context, hits []Hit, now time.Time, out []Decision) (bool, error) {
+	return m.evaluate(hits, now, out, false)
+}
+
+// Reset implements Store: it drops the counter of key under rule.
+func (m *Memory) Reset(_ context.Context, rule *Rule, key Key) error {
+	if rule == nil {
+		return ErrBatch
+	}
+	s := &m.shards[m.shardOf(rule.Name, key.s)]
+	k := stateKey{rule: rule.Name, key: key.s}
+	s.mu.Lock()
+	if _, ok := s.m[k]; ok {
+		delete(s.m, k)
+		m.keys.Add(-1)
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// evaluate decides hits at now in one critical section; with record, an
+// admitted batch is recorded, else only previewed.
+func (m *Memory) evaluate(hits []Hit, now time.Time, out []Decision, record bool) (bool, error) {
 	if err := checkBatch(hits, out); err != nil {
 		return false, err
 	}
@@ -92,22 +134,89 @@ func (m *Memory) Decide(_ context.Context, hits []Hit, now time.Time, out []Deci
 
 	ns := now.UnixNano()
 	allowed := true
-	var winBuf [maxInlineHits]*window
-	wins := winBuf[:0]
+	var entBuf [maxInlineHits]*entry
+	var levelBuf [maxInlineHits]float64
+	ents, levels := entBuf[:0], levelBuf[:0]
 	for i := range hits {
 		h := &hits[i]
-		w := m.window(&m.shards[idx[i]], h, ns)
-		w.expire(ns)
-		out[i] = w.decide(ns, h.Cost, h.Rule.Limit)
-		allowed = allowed && out[i].Allowed
-		wins = append(wins, w)
-	}
-	if allowed {
-		for i := range hits {
-			wins[i].record(ns, hits[i].Cost, hits[i].Rule.Limit, &out[i])
+		e := m.entry(&m.shards[idx[i]], h, ns, record)
+		ents = append(ents, e)
+		levels = append(levels, evaluateHit(e, h, ns, &out[i], record))
+		if !h.Rule.Shadow {
+			allowed = allowed && out[i].Allowed
 		}
 	}
-	return allowed, nil
+	if !allowed {
+		return false, nil
+	}
+	for i := range hits {
+		// Every enforcing hit admits here; a shadow hit counts if it fits.
+		if out[i].Allowed && hits[i].Cost > 0 {
+			takeHit(ents[i], &hits[i], ns, levels[i], &out[i], record)
+		}
+	}
+	return true, nil
+}
+
+// evaluateHit decides h at now (ns) against e, nil for a fresh counter,
+// recording nothing; for a token bucket it returns the level at now.
+func evaluateHit(e *entry, h *Hit, now int64, d *Decision, record bool) float64 {
+	limit, burst := h.Limits()
+	if h.Rule.Algorithm == TokenBucket {
+		p := newBucketParams(h.Rule.Window, limit, burst)
+		us := now / 1000
+		tokens, last := p.burst, us
+		if e != nil {
+			tokens, last = e.b.state(&p, us)
+		}
+		var level float64
+		*d, level = p.decide(tokens, last, us, h.Cost)
+		return level
+	}
+	if e == nil || !record {
+		// A Peek records nothing, not even an expiry (a later decision
+		// at an earlier clock reading must not see it): it decides on a
+		// copy, which shares the ring expire never writes.
+		w := window{span: int64(h.Rule.Window)}
+		if e != nil {
+			w = e.w
+		}
+		w.expire(now)
+		*d = w.decide(now, h.Cost, limit)
+		return 0
+	}
+	e.w.expire(now)
+	*d = e.w.decide(now, h.Cost, limit)
+	return 0
+}
+
+// takeHit records the admitted h in e (with record) or sets d to what
+// recording would leave (without).
+func takeHit(e *entry, h *Hit, now int64, level float64, d *Decision, record bool) {
+	limit, burst := h.Limits()
+	if h.Rule.Algorithm == TokenBucket {
+		p := newBucketParams(h.Rule.Window, limit, burst)
+		us := now / 1000
+		last := us
+		if e != nil {
+			_, last = e.b.state(&p, us)
+		}
+		tokens, last := p.take(level, last, us, h.Cost, d)
+		if record {
+			e.b = bucket{tokens: tokens, last: last, full: us + int64(d.ResetAfter/time.Microsecond)}
+		}
+		return
+	}
+	if record {
+		e.w.record(now, h.Cost, limit, d)
+		return
+	}
+	w := window{span: int64(h.Rule.Window)}
+	if e != nil {
+		w = e.w
+	}
+	w.expire(now)
+	w.preview(now, h.Cost, limit, d)
 }
 
 // lockSorted locks each distinct shard in idx in ascending order (a global
@@ -129,26 +238,39 @@ func unlockAll(shards *[shardCount]shard, set uint64) {
 	}
 }
 
-// window returns the hit's window, creating it (and making room) when new.
-// The shard is locked.
-func (m *Memory) window(s *shard, h *Hit, now int64) *window {
+// entry returns h's counter, or nil when the shard holds none for h's
+// rule as it is now (a new key, or a rule whose algorithm or window
+// changed). With create, such a counter is made (or restarted) instead,
+// making room for it. The shard is locked.
+func (m *Memory) entry(s *shard, h *Hit, now int64, create bool) *entry {
 	k := stateKey{rule: h.Rule.Name, key: h.Key.s}
-	if e, ok := s.m[k]; ok {
-		e.last = now
-		if e.w.span != int64(h.Rule.Window) {
-			// The rule's window changed (reload): restart its counting.
-			e.w = window{span: int64(h.Rule.Window)}
+	span, isBucket := int64(h.Rule.Window), h.Rule.Algorithm == TokenBucket
+	e, ok := s.m[k]
+	if ok && e.w.span == span && e.isBucket == isBucket {
+		if create {
+			e.touched = unixSeconds(now)
 		}
-		return &e.w
+		return e
+	}
+	if !create {
+		return nil
+	}
+	if ok {
+		// The rule changed (reload): restart its counting.
+		*e = entry{w: window{span: span}, isBucket: isBucket, touched: unixSeconds(now)}
+		return e
 	}
 	if len(s.m) >= m.perShardCap {
 		m.makeRoom(s, now)
 	}
-	e := &entry{w: window{span: int64(h.Rule.Window)}, last: now}
+	e = &entry{w: window{span: span}, isBucket: isBucket, touched: unixSeconds(now)}
 	s.m[k] = e
 	m.keys.Add(1)
-	return &e.w
+	return e
 }
+
+// unixSeconds is ns in whole seconds, the LRU's resolution (until 2106).
+func unixSeconds(ns int64) uint32 { return uint32(max(ns/int64(time.Second), 0)) }
 
 // makeRoom frees at least one place in a full shard: expired counters first
 // (at most one full sweep per shard per second), else the least recently
@@ -164,7 +286,7 @@ func (m *Memory) makeRoom(s *shard, now int64) {
 	var oldest *entry
 	n := 0
 	for k, e := range s.m { // map iteration starts at a random place
-		if oldest == nil || e.last < oldest.last {
+		if oldest == nil || e.touched < oldest.touched {
 			victim, oldest = k, e
 		}
 		if n++; n == evictSample {
@@ -181,7 +303,7 @@ func (m *Memory) makeRoom(s *shard, now int64) {
 func (m *Memory) sweepShard(s *shard, now int64) int {
 	n := 0
 	for k, e := range s.m {
-		if e.w.idle(now) {
+		if e.idle(now) {
 			delete(s.m, k)
 			n++
 		}
@@ -191,9 +313,9 @@ func (m *Memory) sweepShard(s *shard, now int64) int {
 	return n
 }
 
-// Sweep drops every counter with nothing left in its window at now and
-// returns how many it dropped. Run it periodically so idle callers do not
-// hold memory; it locks one shard at a time.
+// Sweep drops every counter with nothing left at now (an empty window, a
+// full bucket) and returns how many it dropped. Run it periodically so
+// idle callers do not hold memory; it locks one shard at a time.
 func (m *Memory) Sweep(now time.Time) int {
 	ns := now.UnixNano()
 	total := 0

@@ -5,8 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"runtime"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// decideScript evaluates and records a batch in one round trip, on Redis's
-// clock. See redis.lua.
+// decideScript evaluates (and records, or previews) a batch in one round
+// trip, on Redis's clock. See redis.lua.
 //
 //go:embed redis.lua
 var decideScript string
@@ -63,16 +61,22 @@ type RedisOptions struct {
 	ClientClock bool
 }
 
-// Redis is a Store shared by every proxy instance: each decision is one
-// EVALSHA (reloaded after NOSCRIPT) that evaluates and records atomically
-// on Redis's own clock, so instance clocks never matter.
+// Redis is a Store shared by every proxy instance: each decision (and
+// each Peek) of a batch is one EVALSHA (reloaded after NOSCRIPT) that
+// evaluates and records atomically on Redis's own clock, so instance
+// clocks never matter. A (rule, key) counter lives under the hash tag
+// {rule|key}: a sliding window in two keys (:z, :h), a token bucket in one
+// (:b), so a rule whose algorithm changes never reads the other's state.
 //
 // On a Redis Cluster a batch whose counters hash to different slots cannot
-// be one script: it is decided one slot at a time, in slot order, and when
-// a later part refuses, the parts already admitted are rolled back
-// (undo.lua). Between the two, a concurrent request may see those units
-// taken and be refused: the split batch can refuse a little more than an
-// exact one, and never admits more.
+// be one script: it is decided one slot at a time, in slot order (parts
+// holding only shadow hits last: they never refuse), and when a later part
+// refuses, the parts already recorded are rolled back (undo.lua); the
+// parts after the refusal are evaluated without recording. Between the
+// two, a concurrent request may see those units taken and be refused: the
+// split batch can refuse a little more than an exact one, and never admits
+// more. The decisions of rolled-back hits show Remaining as it was; their
+// ResetAfter and NextAfter are those after the rolled-back recording.
 type Redis struct {
 	o       RedisOptions
 	script  *redis.Script
@@ -176,235 +180,6 @@ func (s *Redis) Close() { s.closed.Do(func() { close(s.stop) }) }
 
 // Up reports whether every shard is believed reachable (no breaker open).
 func (s *Redis) Up() bool { return s.down.Load() == 0 }
-
-// keyNames returns the two Redis keys of a (rule, key) counter. They share
-// a hash tag, so in Redis Cluster they live in one slot; counters of
-// different keys or rules live in different slots (see Redis).
-func (s *Redis) keyNames(h *Hit) (string, string) {
-	base := s.o.Prefix + "{" + h.Rule.Name + "|" + h.Key.s + "}"
-	return base + ":z", base + ":h"
-}
-
-// Decide implements Store.
-func (s *Redis) Decide(ctx context.Context, hits []Hit, now time.Time, out []Decision) (bool, error) {
-	if err := checkBatch(hits, out); err != nil {
-		return false, err
-	}
-	if s.cluster == nil {
-		return s.decide(ctx, s.shard(""), hits, now, out, nil)
-	}
-	parts := s.slotParts(hits)
-	if len(parts) == 1 {
-		sh, err := s.shardOf(ctx, hits[0])
-		if err != nil {
-			return false, err
-		}
-		return s.decide(ctx, sh, hits, now, out, nil)
-	}
-	return s.decideSplit(ctx, hits, parts, now, out)
-}
-
-// slotParts groups a batch's hits by cluster slot, in slot order: the
-// fixed order in which every instance decides the parts of a split batch.
-func (s *Redis) slotParts(hits []Hit) [][]int {
-	if len(hits) == 1 {
-		return [][]int{{0}}
-	}
-	slots := make([]int, len(hits))
-	for i := range hits {
-		z, _ := s.keyNames(&hits[i])
-		slots[i] = Slot(z)
-	}
-	order := make([]int, len(hits))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(a, b int) bool { return slots[order[a]] < slots[order[b]] })
-	var parts [][]int
-	for _, i := range order {
-		if n := len(parts); n > 0 && slots[parts[n-1][0]] == slots[i] {
-			parts[n-1] = append(parts[n-1], i)
-		} else {
-			parts = append(parts, []int{i})
-		}
-	}
-	return parts
-}
-
-// decideSplit decides a batch whose hits live in several cluster slots:
-// part by part in slot order, rolling back the admitted parts when a later
-// one refuses or fails; the parts after a refusal are read without being
-// charged (cost 0), so every hit still gets its decision.
-func (s *Redis) decideSplit(ctx context.Context, hits []Hit, parts [][]int, now time.Time, out []Decision) (bool, error) {
-	type admitted struct {
-		sh    *redisShard
-		hits  []Hit
-		slots []int64
-	}
-	var done []admitted
-	rollback := func() {
-		for _, a := range done {
-			s.rollback(a.sh, a.hits, a.slots)
-		}
-	}
-	allowed := true
-	for _, part := range parts {
-		ph := make([]Hit, len(part))
-		for j, i := range part {
-			ph[j] = hits[i]
-			if !allowed {
-				ph[j].Cost = 0 // a peek: the batch is refused already
-			}
-		}
-		sh, err := s.shardOf(ctx, ph[0])
-		if err != nil {
-			rollback()
-			return false, err
-		}
-		pout := make([]Decision, len(part))
-		slots := make([]int64, len(part))
-		ok, err := s.decide(ctx, sh, ph, now, pout, slots)
-		if err != nil {
-			rollback()
-			return false, err
-		}
-		for j, i := range part {
-			out[i] = pout[j]
-			if !allowed {
-				out[i].Allowed = pout[j].Remaining >= hits[i].Cost && hits[i].Cost <= hits[i].Rule.Limit
-			}
-		}
-		if !allowed {
-			continue
-		}
-		if !ok {
-			allowed = false
-			rollback()
-			continue
-		}
-		done = append(done, admitted{sh: sh, hits: ph, slots: slots})
-	}
-	return allowed, nil
-}
-
-// rollback takes back the admissions of one part (best effort: a part
-// that cannot be taken back stays counted, which refuses more, never
-// admits more, and leaves the window like any admission).
-func (s *Redis) rollback(sh *redisShard, hits []Hit, slots []int64) {
-	keys := make([]string, 0, 2*len(hits))
-	args := make([]any, 0, 1+2*len(hits))
-	args = append(args, 0)
-	for i := range hits {
-		if slots[i] == 0 {
-			continue
-		}
-		z, h := s.keyNames(&hits[i])
-		keys = append(keys, z, h)
-		args = append(args, slots[i], hits[i].Cost)
-	}
-	if len(keys) == 0 {
-		return
-	}
-	args[0] = len(keys) / 2
-	ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
-	defer cancel()
-	if err := s.undo.Run(ctx, s.o.Client, keys, args...).Err(); err != nil {
-		s.failed(sh, err)
-	}
-}
-
-// shardOf returns the shard that serves h's counters: in a cluster, the
-// master of its slot by the client's current slot map.
-func (s *Redis) shardOf(ctx context.Context, h Hit) (*redisShard, error) {
-	z, _ := s.keyNames(&h)
-	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
-	defer cancel()
-	c, err := s.cluster.MasterForKey(ctx, z)
-	if err != nil {
-		// No slot map (every node unreachable since start): the cluster as
-		// a whole is the shard.
-		sh := s.shard("")
-		s.failed(sh, err)
-		if sh.down.Load() {
-			return nil, ErrUnavailable
-		}
-		return nil, fmt.Errorf("redis decision: %w", err)
-	}
-	return s.shard(c.Options().Addr), nil
-}
-
-// shard returns the breaker of the shard at addr.
-func (s *Redis) shard(addr string) *redisShard {
-	if v, ok := s.shards.Load(addr); ok {
-		return v.(*redisShard)
-	}
-	v, _ := s.shards.LoadOrStore(addr, &redisShard{addr: addr})
-	return v.(*redisShard)
-}
-
-// decide runs the script for hits, which all live on sh; slots, when not
-// nil, receives the slot each admission went into (for rollback).
-func (s *Redis) decide(ctx context.Context, sh *redisShard, hits []Hit, now time.Time, out []Decision, slots []int64) (bool, error) {
-	if sh.down.Load() {
-		return false, ErrUnavailable
-	}
-	keys := make([]string, 0, 2*len(hits))
-	args := make([]any, 0, 2+4*len(hits))
-	args = append(args, len(hits), int64(0))
-	if s.o.ClientClock {
-		args[1] = now.UnixMicro()
-	}
-	for i := range hits {
-		h := &hits[i]
-		z, hk := s.keyNames(h)
-		keys = append(keys, z, hk)
-		args = append(args, h.Rule.Limit, h.Rule.Window.Microseconds(), h.Cost, maxSlots)
-	}
-	callCtx, cancel := context.WithTimeout(ctx, s.o.Timeout)
-	start := time.Now()
-	res, err := s.script.Run(callCtx, s.o.Client, keys, args...).Int64Slice()
-	cancel()
-	if err != nil && ctx.Err() != nil {
-		// The request itself went away (a client disconnect): not a
-		// failure of Redis, and no reason to open the breaker.
-		return false, fmt.Errorf("redis decision: %w", ctx.Err())
-	}
-	if s.o.OnCall != nil {
-		s.o.OnCall(time.Since(start), err)
-	}
-	if err != nil {
-		if redis.IsClusterDownError(err) {
-			// The whole cluster refuses while a slot has no master (Redis's
-			// cluster-require-full-coverage): not this shard's failure, so
-			// its breaker stays closed; the request fails and FAIL_OPEN
-			// applies.
-			s.cluster.ReloadState(context.Background())
-			return false, fmt.Errorf("redis decision: %w", err)
-		}
-		s.failed(sh, err)
-		return false, fmt.Errorf("redis decision: %w", err)
-	}
-	sh.failures.Store(0)
-	const per = 6
-	if len(res) != 1+per*len(hits) {
-		return false, fmt.Errorf("redis decision: %d values returned for %d hits", len(res), len(hits))
-	}
-	for i := range hits {
-		r := res[1+per*i:]
-		out[i] = Decision{
-			Allowed:    r[0] == 1,
-			Limit:      hits[i].Rule.Limit,
-			Remaining:  r[1],
-			RetryAfter: time.Duration(r[2]) * time.Microsecond,
-			ResetAfter: time.Duration(r[3]) * time.Microsecond,
-			NextAfter:  time.Duration(r[4]) * time.Microsecond,
-		}
-		if slots != nil {
-			slots[i] = r[5]
-		}
-	}
-	return res[0] == 1, nil
-}
 
 // failed counts a failure of sh, opens its breaker after enough in a row
 // and, in a cluster, asks the client to reload its slot map: a failover
@@ -525,58 +300,4 @@ func (s *Redis) probeOnce(ctx context.Context, sh *redisShard) bool {
 		return err == nil || !errors.Is(err, context.DeadlineExceeded)
 	}
 	return err == nil
-}
-
-// ParseRedisURL turns REDIS_URL into client options: redis:// and
-// rediss:// (one server, or several hosts for Cluster), and
-// redis+sentinel://[:password@]host1:26379,host2:26379/master[/db].
-func ParseRedisURL(raw string) (*redis.UniversalOptions, error) {
-	return parseRedisURL(raw)
-}
-
-// NewRedisClient builds the UniversalClient for REDIS_URL, tuned for
-// decisions bounded by a short timeout: the context's deadline governs
-// every socket operation, and a failed call is not retried (a retry would
-// only spend the same deadline; the next request tries again).
-func NewRedisClient(raw string) (redis.UniversalClient, error) {
-	o, err := parseRedisURL(raw)
-	if err != nil {
-		return nil, err
-	}
-	o.ContextTimeoutEnabled = true
-	o.MaxRetries = -1
-	o.DialTimeout = time.Second
-	// RESP2 unless the URL asks for 3: RESP3's push notifications (which
-	// the decisions never use) cost a check of the socket on every call,
-	// ~13 % of the client's CPU per decision.
-	if o.Protocol == 0 {
-		o.Protocol = 2
-	}
-	// One dial attempt: a dead node refuses at once, and go-redis's five
-	// attempts 100 ms apart would hold a cluster's slot-map reload on it.
-	o.DialerRetries = 1
-	if o.PoolSize == 0 {
-		// go-redis's default (10 per CPU) makes concurrent decisions queue
-		// for a connection: parking and waking cost more than the call
-		// (tests/bench/redis.sh).
-		o.PoolSize = max(64, 10*runtime.GOMAXPROCS(0))
-	}
-	// Keep the connections Warm opened: opening one within a decision's
-	// 50 ms is what made the first burst after a start time out.
-	if o.MinIdleConns == 0 {
-		o.MinIdleConns = o.PoolSize
-	}
-	if o.MasterName == "" && (len(o.Addrs) > 1 || o.IsClusterMode) {
-		co := o.Cluster()
-		// Failures reload the slot map at once (Redis.failed); this bounds
-		// how stale it gets without them.
-		co.ClusterStateReloadInterval = 5 * time.Second
-		// Follow one MOVED (a resharded slot), but do not retry
-		// CLUSTERDOWN with back-off until the deadline: the cluster is
-		// degraded for as long as a failover takes, and the decision
-		// should fail fast so FAIL_OPEN applies.
-		co.MaxRedirects = 1
-		return redis.NewClusterClient(co), nil
-	}
-	return redis.NewUniversalClient(o), nil
 }

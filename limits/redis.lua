@@ -1,122 +1,249 @@
--- Decide a batch of sliding-window hits atomically (ratelimit-proxy).
+-- Decide a batch of hits atomically (ratelimit-proxy): sliding windows and
+-- token buckets, on Redis's clock.
 --
--- KEYS: for hit i, KEYS[2i-1] is a sorted set of time slots (member: slot
--- id, score: the slot's latest admission, µs) and KEYS[2i] a hash (slot id
--- -> cost counted in it; "s": the sum of live slots; "q": a sequence).
--- ARGV: [1] number of hits, [2] now in µs (0: Redis's TIME), then per hit:
--- limit, window (µs), cost, maxSlots.
--- A limit up to maxSlots gives every admission its own slot (exact); a
--- larger one groups admissions in 1/maxSlots of the window, each group
--- leaving the window with its latest admission (never admits more).
--- Returns: allowed (1/0), then per hit: allowed, remaining, retry after,
--- reset after, next after (µs), and the slot the admission went into (a
--- sequence number > 0, or -(bucket+1) for a grouped slot; 0 when nothing
--- was recorded), which undo.lua takes to roll the admission back.
+-- ARGV: [1] number of hits, [2] now in µs (0: Redis's TIME), [3] mode:
+--   0 decide: when every enforcing (non-shadow) hit admits, record the
+--     batch: every enforcing hit, and each shadow hit that fits;
+--   1 peek: answer exactly as mode 0 would, recording nothing;
+--   2 refused: the batch is refused already (an earlier part of a split
+--     batch refused): answer as is, recording nothing;
+-- [4] maxSlots; then per hit: algorithm ("w": sliding window, "b": token
+-- bucket), shadow (1/0), limit, window (µs), cost, burst (buckets only).
+-- KEYS, per hit in order: a sliding window's sorted set of time slots
+-- (member: slot id, score: the slot's latest admission, µs) and its hash
+-- (slot id -> cost counted in it; "s": the sum of live slots; "q": a
+-- sequence; "n": the latest admission, µs, which a rollback leaves as it
+-- is; "e": when the keys' expiry must be pushed back next, µs); a token
+-- bucket's one string key, "tokens last" (the tokens, fractional, as
+-- %.17g, at `last`, in µs).
+-- Returns: allowed (1/0: every enforcing hit admits), now (µs), then 6
+-- values per hit: allowed (1/0) and what was recorded, which undo.lua
+-- takes to roll the admission back (for a window the slot: a sequence
+-- number > 0, or -(bucket+1) for a grouped slot; for a bucket 1; 0 when
+-- nothing was), then for a window: remaining, retry after, reset after,
+-- next after (µs); for a bucket: its state as read ("tokens last", or ""
+-- for a fresh bucket) and three zeros. The store computes a bucket's
+-- numbers from its state with limits/bucket.go, which holds the same
+-- arithmetic as fill below.
 --
--- Work is bounded by what the hit needs, never by the window's contents:
--- a refusal reads the oldest slots that must leave for the cost to fit
--- (one, for a request of cost 1) and the newest, so the over-limit
--- caller's hot path costs Redis no more than an admission.
+-- Sliding window: a limit up to maxSlots gives every admission its own
+-- slot (exact); a larger one groups admissions in 1/maxSlots of the
+-- window, each group leaving the window with its latest admission (never
+-- admits more). Work is bounded by what the hit needs, never by the
+-- window's contents: a refusal reads the oldest slots that must leave for
+-- the cost to fit (one, for a request of cost 1), so the over-limit
+-- caller's hot path costs Redis no more than an admission. A window's
+-- admission costs four commands (five past maxSlots; two more once per
+-- window to push its expiry back), its refusal two; a bucket's admission
+-- two, its refusal one: each hit of a batch adds a few commands to the
+-- one round trip.
+--
+-- Token bucket: the bucket starts full at burst, refills at limit per
+-- window lazily and never above burst, admits a cost it holds, keeps
+-- fractional tokens, and gains nothing from a clock going backwards (the
+-- stored time never moves back). A refused or peeked bucket is not
+-- written.
 local n = tonumber(ARGV[1])
 local now = tonumber(ARGV[2])
 if now == 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+local mode = tonumber(ARGV[3])
+local maxslots = tonumber(ARGV[4])
 
-local ok = true
-local hits = {}
-for i = 1, n do
-  local z, h = KEYS[2 * i - 1], KEYS[2 * i]
-  local a = 2 + (i - 1) * 4
-  local hit = {z = z, h = h, limit = tonumber(ARGV[a + 1]), window = tonumber(ARGV[a + 2]),
-               cost = tonumber(ARGV[a + 3]), slots = tonumber(ARGV[a + 4])}
-  -- Forget the slots that have left the window (now - window, now].
+local function evalWindow(hit)
+  local z, h = hit.z, hit.h
   local edge = now - hit.window
-  local old = redis.call('ZRANGEBYSCORE', z, '-inf', edge)
-  local sum = tonumber(redis.call('HGET', h, 's') or '0')
-  if #old > 0 then
+  hit.edge = edge
+  local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
+  local fields = redis.call('HMGET', h, 's', 'q', 'n', 'e')
+  local sum = tonumber(fields[1]) or 0
+  hit.q, hit.newest, hit.renew = tonumber(fields[2]) or 0, tonumber(fields[3]), tonumber(fields[4])
+  if #first > 0 and tonumber(first[2]) <= edge then
+    -- Forget the slots that have left the window (now - window, now]; a
+    -- peek only leaves them out of its sums.
+    local old = redis.call('ZRANGEBYSCORE', z, '-inf', edge)
     local counts = redis.call('HMGET', h, unpack(old))
     for j = 1, #old do sum = sum - (tonumber(counts[j]) or 0) end
     if sum < 0 then sum = 0 end
-    redis.call('HDEL', h, unpack(old))
-    redis.call('ZREMRANGEBYSCORE', z, '-inf', edge)
-    redis.call('HSET', h, 's', sum)
+    if mode == 0 then
+      redis.call('HDEL', h, unpack(old))
+      redis.call('ZREMRANGEBYSCORE', z, '-inf', edge)
+      redis.call('HSET', h, 's', sum)
+    end
+    first = redis.call('ZRANGEBYSCORE', z, edge + 1, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  end
+  if #first > 0 then hit.first, hit.oldest = first[1], tonumber(first[2]) end
+  if not hit.newest and #first > 0 then
+    -- A window written before "n" was kept.
+    local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')
+    hit.newest = tonumber(last[2])
   end
   hit.sum = sum
   hit.allowed = sum + hit.cost <= hit.limit
-  hit.retry = 0
-  if not hit.allowed then
-    ok = false
-    hit.retry = hit.window
-    if hit.cost <= hit.limit then
-      -- The wait until enough of the oldest slots leave for cost to fit.
-      -- Every live slot holds at least one unit, so the slot that frees
-      -- enough is among the first `need`: read only those.
-      local need = sum + hit.cost - hit.limit
-      local slots = redis.call('ZRANGE', z, 0, math.min(need, hit.slots + 1) - 1, 'WITHSCORES')
-      if #slots > 0 then
-        hit.oldest = tonumber(slots[2])
-        local ids = {}
-        for j = 1, #slots, 2 do ids[#ids + 1] = slots[j] end
-        local counts = redis.call('HMGET', h, unpack(ids))
-        local freed = 0
-        for j = 1, #ids do
-          freed = freed + (tonumber(counts[j]) or 0)
-          if freed >= need then
-            hit.retry = math.max(tonumber(slots[2 * j]) + hit.window - now, 1)
-            break
-          end
-        end
-      end
+  if hit.allowed then return end
+  hit.retry = hit.window
+  if hit.cost > hit.limit or not hit.oldest then return end
+  -- The wait until enough of the oldest slots leave for cost to fit.
+  -- Every live slot holds at least one unit, so the slot that frees
+  -- enough is among the first `need`: one, for a request of cost 1, and
+  -- that one is read already.
+  local need = sum + hit.cost - hit.limit
+  if need <= 1 then
+    hit.retry = math.max(hit.oldest + hit.window - now, 1)
+    return
+  end
+  local slots = redis.call('ZRANGEBYSCORE', z, edge + 1, '+inf', 'WITHSCORES', 'LIMIT', 0, math.min(need, maxslots + 1))
+  local ids = {}
+  for j = 1, #slots, 2 do ids[#ids + 1] = slots[j] end
+  local counts = redis.call('HMGET', h, unpack(ids))
+  local freed = 0
+  for j = 1, #ids do
+    freed = freed + (tonumber(counts[j]) or 0)
+    if freed >= need then
+      hit.retry = math.max(tonumber(slots[2 * j]) + hit.window - now, 1)
+      return
     end
   end
+end
+
+-- Count (mode 0) or preview (mode 1) the admission of a window hit.
+local function takeWindow(hit)
+  -- A clock that went backwards (a failover to a server behind) must not
+  -- let an admission leave before the ones already counted.
+  local at = now
+  if hit.newest and hit.newest > at then at = hit.newest end
+  local id, bucket
+  if hit.limit > maxslots then
+    bucket = math.floor(now / math.max(math.floor(hit.window / maxslots), 1))
+    id = 'g' .. tostring(bucket)
+  else
+    id = tostring(hit.q + 1)
+  end
+  hit.sum = hit.sum + hit.cost
+  hit.reset = at + hit.window - now
+  -- The oldest live slot once counted: the oldest now, unless that is the
+  -- grouped slot this admission joins, which moves to `at`.
+  local oldest = hit.oldest or at
+  if bucket and hit.first == id then
+    local two = redis.call('ZRANGEBYSCORE', hit.z, hit.edge + 1, '+inf', 'WITHSCORES', 'LIMIT', 0, 2)
+    oldest = at
+    if #two >= 4 then oldest = math.min(tonumber(two[4]), at) end
+  end
+  hit.nxt = math.max(oldest + hit.window - now, 0)
+  if mode ~= 0 then return end
+  -- The keys outlive every live slot by a second at least: their expiry
+  -- is pushed back to two windows past this admission whenever the last
+  -- push covers less than one more window ("e"), or the sorted set is new
+  -- (Redis deletes an emptied one: a rollback may empty it early).
+  local renew = hit.renew
+  local push = not renew or at >= renew or not hit.oldest
+  if push then renew = at + hit.window end
+  redis.call('ZADD', hit.z, at, id)
+  if bucket then
+    redis.call('HINCRBY', hit.h, id, hit.cost)
+    redis.call('HSET', hit.h, 's', hit.sum, 'n', at, 'e', renew)
+    hit.rec = -(bucket + 1)
+  else
+    redis.call('HSET', hit.h, 's', hit.sum, 'q', hit.q + 1, 'n', at, 'e', renew, id, hit.cost)
+    hit.rec = hit.q + 1
+  end
+  if push then
+    local ttl = math.ceil((at - now + 2 * hit.window) / 1000) + 1000
+    redis.call('PEXPIRE', hit.z, ttl)
+    redis.call('PEXPIRE', hit.h, ttl)
+  end
+end
+
+-- Reset and next after of a window hit not counted.
+local function reportWindow(hit)
+  if hit.newest then hit.reset = math.max(hit.newest + hit.window - now, 0) end
+  if hit.oldest then hit.nxt = math.max(hit.oldest + hit.window - now, 0) end
+end
+
+-- The level of bucket hit `elapsed` µs (>= 0) after it held hit.tokens:
+-- limits/bucket.go's fill, the same operations in the same order.
+local function fill(hit, elapsed)
+  local add = elapsed * hit.limit / hit.window
+  if add > hit.burst then add = hit.burst end -- clamp before adding
+  local t = hit.tokens + add
+  if t > hit.burst then t = hit.burst end
+  return t
+end
+
+local function evalBucket(hit)
+  local s = redis.call('GET', hit.b)
+  if s then
+    local tokens, last = string.match(s, '^(%S+) (%S+)$')
+    hit.tokens, hit.last = tonumber(tokens), tonumber(last)
+  end
+  if not hit.tokens or not hit.last then
+    s = ''
+    hit.tokens, hit.last = hit.burst, now -- a fresh bucket is full
+  end
+  hit.state = s
+  if hit.tokens > hit.burst then hit.tokens = hit.burst end
+  local e = now - hit.last
+  if e < 0 then e = 0 end
+  hit.level = fill(hit, e)
+  hit.allowed = hit.cost == 0 or (hit.limit > 0 and hit.level >= hit.cost)
+end
+
+-- Take the cost of an admitted bucket hit (mode 0).
+local function takeBucket(hit)
+  local tokens, last = hit.level - hit.cost, hit.last
+  if now > last then last = now end -- never moves backwards
+  -- Kept until full again (no need to be exact: the margin covers it).
+  local full = math.min((hit.burst - tokens) * hit.window / hit.limit, 1e15)
+  redis.call('SET', hit.b, string.format('%.17g %.17g', tokens, last), 'PX', math.ceil(full / 1000) + 1000)
+  hit.rec = 1
+end
+
+local ok = true
+local hits = {}
+local k = 1
+for i = 1, n do
+  local a = 4 + (i - 1) * 6
+  local hit = {bucket = ARGV[a + 1] == 'b', shadow = ARGV[a + 2] == '1', limit = tonumber(ARGV[a + 3]),
+               window = tonumber(ARGV[a + 4]), cost = tonumber(ARGV[a + 5]), burst = tonumber(ARGV[a + 6]),
+               allowed = false, retry = 0, reset = 0, nxt = 0, rec = 0}
+  if hit.bucket then
+    hit.b = KEYS[k]
+    k = k + 1
+    evalBucket(hit)
+  else
+    hit.z, hit.h = KEYS[k], KEYS[k + 1]
+    k = k + 2
+    evalWindow(hit)
+  end
+  if not hit.allowed and not hit.shadow then ok = false end
   hits[i] = hit
 end
 
-local out = {ok and 1 or 0}
+local out = {ok and 1 or 0, now}
 for i = 1, n do
   local hit = hits[i]
-  local reset, nxt, slot = 0, 0, 0
-  if ok and hit.cost > 0 then
-    -- A clock that went backwards (a failover to a server behind) must not
-    -- let an admission leave before the ones already counted.
-    local at = now
-    local last = redis.call('ZRANGE', hit.z, -1, -1, 'WITHSCORES')
-    if #last > 0 and tonumber(last[2]) > at then at = tonumber(last[2]) end
-    local id
-    if hit.limit <= hit.slots then
-      slot = redis.call('HINCRBY', hit.h, 'q', 1)
-      id = tostring(slot)
-    else
-      local bucket = math.floor(now / math.max(math.floor(hit.window / hit.slots), 1))
-      slot = -(bucket + 1)
-      id = 'g' .. tostring(bucket)
-    end
-    redis.call('ZADD', hit.z, at, id)
-    redis.call('HINCRBY', hit.h, id, hit.cost)
-    hit.sum = hit.sum + hit.cost
-    redis.call('HSET', hit.h, 's', hit.sum)
-    local ttl = math.ceil(hit.window / 1000) + 1000
-    redis.call('PEXPIRE', hit.z, ttl)
-    redis.call('PEXPIRE', hit.h, ttl)
-    reset = at + hit.window - now
-    local oldest = redis.call('ZRANGE', hit.z, 0, 0, 'WITHSCORES')
-    nxt = math.max(tonumber(oldest[2]) + hit.window - now, 0)
+  local take = ok and mode ~= 2 and hit.allowed and hit.cost > 0
+  if hit.bucket then
+    if take and mode == 0 then takeBucket(hit) end
+  elseif take then
+    takeWindow(hit)
   else
-    local newest = redis.call('ZRANGE', hit.z, -1, -1, 'WITHSCORES')
-    if #newest > 0 then reset = math.max(tonumber(newest[2]) + hit.window - now, 0) end
-    if hit.oldest == nil and #newest > 0 then
-      local oldest = redis.call('ZRANGE', hit.z, 0, 0, 'WITHSCORES')
-      hit.oldest = tonumber(oldest[2])
-    end
-    if hit.oldest ~= nil then nxt = math.max(hit.oldest + hit.window - now, 0) end
+    reportWindow(hit)
   end
-  out[#out + 1] = (hit.allowed and 1 or 0)
-  out[#out + 1] = math.max(hit.limit - hit.sum, 0)
-  out[#out + 1] = hit.retry
-  out[#out + 1] = reset
-  out[#out + 1] = nxt
-  out[#out + 1] = slot
+  out[#out + 1] = hit.allowed and 1 or 0
+  out[#out + 1] = hit.rec
+  if hit.bucket then
+    out[#out + 1] = hit.state
+    out[#out + 1] = 0
+    out[#out + 1] = 0
+    out[#out + 1] = 0
+  else
+    out[#out + 1] = math.max(hit.limit - hit.sum, 0)
+    out[#out + 1] = hit.retry
+    out[#out + 1] = hit.reset
+    out[#out + 1] = hit.nxt
+  end
 end
 return out

@@ -154,6 +154,102 @@ func TestRedisCluster(t *testing.T) {
 		}
 	})
 
+	// A token bucket decided first and a sliding window decided last, on
+	// other masters: the bucket's tokens of every refused batch come back.
+	t.Run("split batch rolls back a token bucket", func(t *testing.T) {
+		s := clusterStore(t, c, "splitb:", time.Second)
+		rules := []*limits.Rule{tb("bucket", 1, time.Hour, 10), sw("window", 10, time.Minute), sw("small", 5, time.Minute)}
+		batch := splitBatch(t, c, "splitb:", rules)
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range 100 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out := make([]limits.Decision, 3)
+				ok, err := s.Decide(context.Background(), batch, time.Now(), out)
+				if err != nil {
+					t.Error(err)
+				} else if ok {
+					admitted.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if admitted.Load() != 5 {
+			t.Fatalf("%d batches admitted, want 5 (the smallest limit)", admitted.Load())
+		}
+		if rem := read(t, s, batch, time.Now()); fmt.Sprint(rem) != "[5 5 0]" {
+			t.Fatalf("remaining %v after 5 admitted batches, want [5 5 0] (a rollback lost or doubled)", rem)
+		}
+	})
+
+	// Peek decides every part and records nothing; it answers a refused
+	// split batch as Decide does (with the rolled-back part's Remaining as
+	// it was). A part of shadow hits only never refuses, and counts only
+	// what fits.
+	t.Run("split batch peek and shadow", func(t *testing.T) {
+		s := clusterStore(t, c, "splitp:", time.Second)
+		rules := []*limits.Rule{tb("bucket", 1, time.Hour, 3), shadow(tb("shadow", 1, time.Hour, 1)), sw("small", 2, time.Minute)}
+		batch := splitBatch(t, c, "splitp:", rules)
+		ctx := context.Background()
+		out := make([]limits.Decision, 3)
+		for range 3 {
+			if ok, err := s.Peek(ctx, batch, time.Now(), out); !ok || err != nil || out[0].Remaining != 2 || out[2].Remaining != 1 {
+				t.Fatalf("peek: %v %v %+v", ok, err, out)
+			}
+		}
+		for i, want := range []string{"[2 0 1]", "[1 0 0]"} {
+			if ok, err := s.Decide(ctx, batch, time.Now(), out); !ok || err != nil {
+				t.Fatalf("decision %d: %v %v %+v", i, ok, err, out)
+			}
+			if i == 1 && out[1].Allowed {
+				t.Fatalf("the shadow bucket admitted past its burst: %+v", out[1])
+			}
+			if rem := read(t, s, batch, time.Now()); fmt.Sprint(rem) != want {
+				t.Fatalf("decision %d: remaining %v, want %s", i, rem, want)
+			}
+		}
+		peek := make([]limits.Decision, 3)
+		pok, err := s.Peek(ctx, batch, time.Now(), peek)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dok, err := s.Decide(ctx, batch, time.Now(), out)
+		if err != nil || pok || dok {
+			t.Fatalf("a full rule admitted: %v %v %v", pok, dok, err)
+		}
+		for i := range out {
+			if out[i].Allowed != peek[i].Allowed || out[i].Remaining != peek[i].Remaining || (out[i].RetryAfter == 0) != (peek[i].RetryAfter == 0) {
+				t.Fatalf("hit %d: peek %+v, decide %+v", i, peek[i], out[i])
+			}
+		}
+		if out[0].Remaining != 1 || !out[0].Allowed || out[2].Allowed || out[2].RetryAfter <= 0 {
+			t.Fatalf("refused batch: %+v", out)
+		}
+		if rem := read(t, s, batch, time.Now()); fmt.Sprint(rem) != "[1 0 0]" {
+			t.Fatalf("a refused batch was recorded: %v", rem)
+		}
+		// A batch of shadow hits only is admitted, whatever they say.
+		if ok, err := s.Decide(ctx, batch[1:2], time.Now(), out[:1]); !ok || err != nil || out[0].Allowed {
+			t.Fatalf("shadow only: %v %v %+v", ok, err, out[0])
+		}
+	})
+
+	// Reset deletes the key's counters of both algorithms.
+	t.Run("reset", func(t *testing.T) {
+		s := clusterStore(t, c, "reset:", time.Second)
+		w, b := sw("r", 1, time.Minute), tb("r", 1, time.Hour, 1)
+		allow(t, s, w, "k", 1, time.Now())
+		allow(t, s, b, "k", 1, time.Now())
+		if err := s.Reset(context.Background(), w, limits.KeyOf("caller", "k")); err != nil {
+			t.Fatal(err)
+		}
+		if !allow(t, s, w, "k", 1, time.Now()).Allowed || !allow(t, s, b, "k", 1, time.Now()).Allowed {
+			t.Fatal("counters survived Reset")
+		}
+	})
+
 	// A master killed: see clusterFailover.
 	t.Run("failover", func(t *testing.T) { clusterFailover(t, c, true) })
 }
@@ -371,4 +467,32 @@ func TestRedisRefusalCostsNoMoreThanAdmission(t *testing.T) {
 	if perRefusal > 2*perAdmission {
 		t.Fatalf("a refusal costs Redis %.1f µs, an admission %.1f µs", perRefusal, perAdmission)
 	}
+}
+
+// splitBatch returns one hit per rule, with caller keys chosen so that
+// each hit's counter lives on another master and the parts are decided in
+// the rules' order (slot order): rule i's in the i-th nth of the slots.
+func splitBatch(t *testing.T, c *redistest.Cluster, prefix string, rules []*limits.Rule) []limits.Hit {
+	t.Helper()
+	used := map[string]bool{}
+	var batch []limits.Hit
+	for n, r := range rules {
+		lo, hi := n*limits.SlotCount/len(rules), (n+1)*limits.SlotCount/len(rules)
+		found := false
+		for i := 0; i < 10000 && !found; i++ {
+			k := fmt.Sprintf("k%d", i)
+			base := prefix + "{" + r.Name + "|caller=" + k + "}"
+			if slot := limits.Slot(base); slot < lo || slot >= hi {
+				continue
+			}
+			if m := c.MasterOf(base).Addr; !used[m] {
+				used[m], found = true, true
+				batch = append(batch, limits.Hit{Rule: r, Key: limits.KeyOf("caller", k), Cost: 1})
+			}
+		}
+		if !found {
+			t.Fatalf("no key for rule %s on a master of its own", r.Name)
+		}
+	}
+	return batch
 }

@@ -258,3 +258,70 @@ func waitUp(s *limits.Redis, d time.Duration) bool {
 	}
 	return false
 }
+
+// Seed 001, Behaviour Story 5 at the store's level: a failing store
+// answers an error, never a refusal, so that its caller applies its
+// FAIL_OPEN policy (the HTTP layer's 200 or 503); Fallback decides
+// locally instead.
+func TestStory5StoreFailures(t *testing.T) {
+	srv := redistest.Start(t)
+	rs := limits.NewRedis(limits.RedisOptions{Client: redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1}),
+		Prefix: "story5:", Timeout: 50 * time.Millisecond})
+	t.Cleanup(rs.Close)
+	r := tb("r", 10, time.Minute, 10)
+	hits := []limits.Hit{{Rule: r, Key: limits.KeyOf("caller", "k"), Cost: 1}}
+	out := make([]limits.Decision, 1)
+	srv.Stop()
+	t.Run("story5/store-error-is-no-refusal", func(t *testing.T) {
+		for _, op := range []func() (bool, error){
+			func() (bool, error) { return rs.Decide(context.Background(), hits, time.Now(), out) },
+			func() (bool, error) { return rs.Peek(context.Background(), hits, time.Now(), out) },
+		} {
+			if ok, err := op(); err == nil || ok || errors.Is(err, limits.ErrBatch) {
+				t.Fatalf("a dead store answered %v %v", ok, err)
+			}
+		}
+		if err := rs.Reset(context.Background(), r, hits[0].Key); err == nil {
+			t.Fatal("Reset on a dead store succeeded")
+		}
+	})
+	t.Run("story5/fail-open-local", func(t *testing.T) {
+		f := limits.NewFallback(rs, limits.NewMemory(limits.MemoryOptions{}), 1)
+		if ok, err := f.Decide(context.Background(), hits, time.Now(), out); !ok || err != nil || out[0].Remaining != 9 {
+			t.Fatalf("local decision: %v %v %+v", ok, err, out[0])
+		}
+	})
+}
+
+// Every key the script writes has an expiry: a window's two keys (also
+// when its sorted set was emptied and made again), a bucket's one.
+func TestRedisKeysExpire(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { client.Close() })
+	s := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: "ttl:", Timeout: time.Second, ClientClock: true})
+	t.Cleanup(s.Close)
+	w, b := sw("w", 2, time.Minute), tb("b", 10, time.Minute, 10)
+	check := func(when string, keys ...string) {
+		t.Helper()
+		for _, k := range keys {
+			ttl, err := client.PTTL(context.Background(), k).Result()
+			if err != nil || ttl <= 0 {
+				t.Fatalf("%s: %s has TTL %v (%v)", when, k, ttl, err)
+			}
+		}
+	}
+	z, h, bk := "ttl:{w|caller=k}:z", "ttl:{w|caller=k}:h", "ttl:{b|caller=k}:b"
+	allow(t, s, w, "k", 1, at(0))
+	allow(t, s, b, "k", 1, at(0))
+	check("first admission", z, h, bk)
+	allow(t, s, w, "k", 1, at(30))
+	check("second admission", z, h)
+	// At 100 s both slots have left: the sorted set is emptied, then made
+	// again by the admission.
+	allow(t, s, w, "k", 1, at(100))
+	check("after the window emptied", z, h)
+	if ttl := client.PTTL(context.Background(), bk).Val(); ttl > 8*time.Second {
+		t.Fatalf("a bucket one token short of full kept for %v", ttl)
+	}
+}

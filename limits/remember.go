@@ -14,16 +14,19 @@ import (
 // (SPEC §4.2 "Refusals are remembered"): until a refusal's wait has
 // passed, the same key's requests under the same rule are refused here,
 // with the original decision's times counted down, without asking the
-// store. This is exact, not an approximation: a sliding window cannot
-// admit that key before the wait ends, since other instances only add to
-// its counters. It holds whatever the store's health: a remembered caller
-// is refused while the store is slow or dead, whatever FAIL_OPEN says.
+// store. This is exact, not an approximation: neither a sliding window nor
+// a token bucket can admit that cost for that key before the wait ends,
+// since other instances only add to its counters (take from its bucket).
+// It holds whatever the store's health: a remembered caller is refused
+// while the store is slow or dead, whatever FAIL_OPEN says.
 //
 // A request of smaller cost than the one refused is decided as usual (it
-// may fit). A rule changed since (another limit or window: a reload) does
-// not match its old memories. The memory is bounded: up to 16 LRU shards
-// holding size entries in all (a full shard evicts its least recently
-// used entry), each entry dropped when its wait ends.
+// may fit). A rule changed since (another algorithm, window, or effective
+// limit or burst: a reload, a tier, an override) does not match its old
+// memories. Shadow hits are never remembered nor answered from memory.
+// The memory is bounded: up to 16 LRU shards holding size entries in all
+// (a full shard evicts its least recently used entry), each entry dropped
+// when its wait ends.
 type Remember struct {
 	next   Store
 	seed   maphash.Seed
@@ -46,11 +49,25 @@ type memoryKey struct{ rule, key string }
 
 // refusal is what is remembered of one refused hit.
 type refusal struct {
-	cost   int64
-	limit  int64
-	window time.Duration
-	until  time.Time // when the wait ends
-	reset  time.Time // when all of the key's counted requests have left the window
+	cost      int64
+	limit     int64
+	burst     int64 // token buckets only
+	window    time.Duration
+	algorithm Algorithm
+	remaining int64
+	until     time.Time // when the wait ends
+	reset     time.Time // when the key is back to fresh (window empty, bucket full)
+}
+
+// matches reports whether the refusal answers h: the same counting and
+// limits, and a cost at least the one refused.
+func (m *refusal) matches(h *Hit) bool {
+	limit, burst := h.Limits()
+	if h.Rule.Algorithm != TokenBucket {
+		burst = 0
+	}
+	return h.Cost >= m.cost && m.limit == limit && m.burst == burst &&
+		m.window == h.Rule.Window && m.algorithm == h.Rule.Algorithm
 }
 
 // RememberStats is the memory's bookkeeping, for metrics.
@@ -87,11 +104,73 @@ func (r *Remember) shard(k memoryKey) *rememberShard {
 
 // Decide implements Store.
 func (r *Remember) Decide(ctx context.Context, hits []Hit, now time.Time, out []Decision) (bool, error) {
+	return r.evaluate(ctx, hits, now, out, r.next.Decide)
+}
+
+// Peek implements Store: a remembered refusal answers it, else the store
+// behind peeks, and a refusal it finds is remembered (it is a real refusal
+// at that cost).
+func (r *Remember) Peek(ctx context.Context, hits []Hit, now time.Time, out []Decision) (bool, error) {
+	return r.evaluate(ctx, hits, now, out, r.next.Peek)
+}
+
+// Reset implements Store: it forgets the memory of key under rule, then
+// resets the store behind.
+func (r *Remember) Reset(ctx context.Context, rule *Rule, key Key) error {
+	if rule == nil {
+		return ErrBatch
+	}
+	k := memoryKey{rule.Name, key.s}
+	s := r.shard(k)
+	s.mu.Lock()
+	s.lru.Remove(k)
+	s.mu.Unlock()
+	return r.next.Reset(ctx, rule, key)
+}
+
+func (r *Remember) evaluate(ctx context.Context, hits []Hit, now time.Time, out []Decision,
+	next func(context.Context, []Hit, time.Time, []Decision) (bool, error)) (bool, error) {
 	if err := checkBatch(hits, out); err != nil {
 		return false, err
 	}
+	if r.recall(hits, now, out) {
+		return false, nil
+	}
+	ok, err := next(ctx, hits, now, out)
+	if err != nil || ok {
+		return ok, err
+	}
+	for i := range hits {
+		d := &out[i]
+		h := &hits[i]
+		if d.Allowed || d.RetryAfter <= 0 || h.Rule.Shadow {
+			continue
+		}
+		limit, burst := h.Limits()
+		if h.Rule.Algorithm != TokenBucket {
+			burst = 0
+		}
+		k := memoryKey{h.Rule.Name, h.Key.s}
+		s := r.shard(k)
+		s.mu.Lock()
+		evicted := s.lru.Add(k, refusal{cost: h.Cost, limit: limit, burst: burst, window: h.Rule.Window,
+			algorithm: h.Rule.Algorithm, remaining: d.Remaining, until: now.Add(d.RetryAfter), reset: now.Add(d.ResetAfter)})
+		s.mu.Unlock()
+		if evicted {
+			r.evicts.Add(1)
+		}
+	}
+	return false, nil
+}
+
+// recall answers the batch from memory when an enforcing hit's refusal is
+// remembered and its wait has not ended, and reports whether it did.
+func (r *Remember) recall(hits []Hit, now time.Time, out []Decision) bool {
 	for i := range hits {
 		h := &hits[i]
+		if h.Rule.Shadow {
+			continue
+		}
 		k := memoryKey{h.Rule.Name, h.Key.s}
 		s := r.shard(k)
 		s.mu.Lock()
@@ -101,40 +180,26 @@ func (r *Remember) Decide(ctx context.Context, hits []Hit, now time.Time, out []
 			ok = false
 		}
 		s.mu.Unlock()
-		if !ok || h.Cost < m.cost || m.limit != h.Rule.Limit || m.window != h.Rule.Window {
+		if !ok || !m.matches(h) {
 			continue
 		}
 		r.hits.Add(1)
 		for j := range hits {
-			// The other hits were not asked: they show their full limit,
-			// never the fewest remaining.
-			out[j] = Decision{Allowed: true, Limit: hits[j].Rule.Limit, Remaining: hits[j].Rule.Limit}
+			// The other hits were not asked: they show their full limit
+			// (a full bucket), never the fewest remaining.
+			limit, burst := hits[j].Limits()
+			full := limit
+			if hits[j].Rule.Algorithm == TokenBucket && limit > 0 {
+				full = burst
+			}
+			out[j] = Decision{Allowed: true, Limit: limit, Remaining: full}
 		}
 		wait := m.until.Sub(now)
-		out[i] = Decision{Limit: h.Rule.Limit, RetryAfter: wait, ResetAfter: max(m.reset.Sub(now), wait), NextAfter: wait}
-		return false, nil
+		out[i] = Decision{Limit: m.limit, Remaining: m.remaining, RetryAfter: wait,
+			ResetAfter: max(m.reset.Sub(now), wait), NextAfter: wait}
+		return true
 	}
-	ok, err := r.next.Decide(ctx, hits, now, out)
-	if err != nil || ok {
-		return ok, err
-	}
-	for i := range hits {
-		d := &out[i]
-		if d.Allowed || d.RetryAfter <= 0 {
-			continue
-		}
-		h := &hits[i]
-		k := memoryKey{h.Rule.Name, h.Key.s}
-		s := r.shard(k)
-		s.mu.Lock()
-		evicted := s.lru.Add(k, refusal{cost: h.Cost, limit: h.Rule.Limit, window: h.Rule.Window,
-			until: now.Add(d.RetryAfter), reset: now.Add(d.ResetAfter)})
-		s.mu.Unlock()
-		if evicted {
-			r.evicts.Add(1)
-		}
-	}
-	return false, nil
+	return false
 }
 
 // Forget drops the memory of key under rule, or of every key of the rule

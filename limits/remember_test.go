@@ -32,6 +32,21 @@ func (c *counting) Decide(ctx context.Context, hits []limits.Hit, now time.Time,
 	return c.Store.Decide(ctx, hits, now, out)
 }
 
+func (c *counting) Reset(ctx context.Context, r *limits.Rule, k limits.Key) error {
+	if c.down.Load() {
+		return limits.ErrUnavailable
+	}
+	return c.Store.Reset(ctx, r, k)
+}
+
+func (c *counting) Peek(ctx context.Context, hits []limits.Hit, now time.Time, out []limits.Decision) (bool, error) {
+	c.calls.Add(1)
+	if c.down.Load() {
+		return false, limits.ErrUnavailable
+	}
+	return c.Store.Peek(ctx, hits, now, out)
+}
+
 func decideOne(s limits.Store, r *limits.Rule, key string, cost int64, now time.Time) (limits.Decision, error) {
 	out := make([]limits.Decision, 1)
 	_, err := s.Decide(context.Background(), []limits.Hit{{Rule: r, Key: limits.KeyOf("caller", key), Cost: cost}}, now, out)
@@ -183,4 +198,122 @@ func TestRememberSparesRedis(t *testing.T) {
 	if calls > 10 {
 		t.Fatalf("200 requests of a refused caller ran %d decisions on Redis", calls)
 	}
+}
+
+// Token-bucket refusals are remembered with their exact wait; shadow hits
+// never are; a memory holds only for the same effective limits; Peek reads
+// and feeds the memory; Reset forgets it.
+func TestRememberBucketsShadowsTiersPeekReset(t *testing.T) {
+	ctx := context.Background()
+	t.Run("token bucket", func(t *testing.T) {
+		inner := &counting{Store: limits.NewMemory(limits.MemoryOptions{})}
+		s := limits.NewRemember(inner, 100)
+		r := tb("r", 10, time.Minute, 10)
+		for range 10 {
+			decideOne(s, r, "k", 1, at(0))
+		}
+		if d, _ := decideOne(s, r, "k", 1, at(2)); d.Allowed || d.RetryAfter != 4*time.Second {
+			t.Fatalf("the refusal: %+v", d)
+		}
+		before := inner.calls.Load()
+		if d, _ := decideOne(s, r, "k", 1, at(3)); d.Allowed || d.RetryAfter != 3*time.Second || d.Remaining != 0 {
+			t.Fatalf("from memory: %+v", d)
+		}
+		if inner.calls.Load() != before {
+			t.Fatal("a remembered bucket refusal asked the store")
+		}
+		if d, _ := decideOne(s, r, "k", 1, at(6)); !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("at the end of the wait: %+v", d)
+		}
+	})
+	t.Run("shadow hits are never remembered", func(t *testing.T) {
+		inner := &counting{Store: limits.NewMemory(limits.MemoryOptions{})}
+		s := limits.NewRemember(inner, 100)
+		sh := shadow(sw("shadow", 0, time.Minute))
+		for i := range 3 {
+			ok, err := s.Decide(ctx, one(sh, "k"), at(float64(i)), make([]limits.Decision, 1))
+			if !ok || err != nil {
+				t.Fatalf("a shadow-only batch refused: %v", err)
+			}
+		}
+		if n := inner.calls.Load(); n != 3 {
+			t.Fatalf("the store was asked %d times for 3 batches", n)
+		}
+		// An enforcing refusal beside a refusing shadow hit: only the
+		// enforcing one is remembered.
+		en := sw("enforce", 0, time.Minute)
+		batch := []limits.Hit{one(en, "k")[0], one(sh, "k")[0]}
+		s.Decide(ctx, batch, at(10), make([]limits.Decision, 2))
+		before := inner.calls.Load()
+		s.Decide(ctx, one(sh, "k"), at(11), make([]limits.Decision, 1))
+		if inner.calls.Load() != before+1 {
+			t.Fatal("a shadow hit was answered from memory")
+		}
+		if st := s.(*limits.Remember).Stats(); st.Entries != 1 {
+			t.Fatalf("%d refusals remembered, want the enforcing one", st.Entries)
+		}
+	})
+	t.Run("effective limits", func(t *testing.T) {
+		inner := &counting{Store: limits.NewMemory(limits.MemoryOptions{})}
+		s := limits.NewRemember(inner, 100)
+		r := tb("r", 10, time.Minute, 10)
+		tier := func(limit, burst int64) []limits.Hit {
+			h := one(r, "k")
+			h[0].Own, h[0].Limit, h[0].Burst = true, limit, burst
+			return h
+		}
+		out := make([]limits.Decision, 1)
+		for range 2 {
+			s.Decide(ctx, tier(60, 2), at(0), out)
+		}
+		if ok, _ := s.Decide(ctx, tier(60, 2), at(0), out); ok || out[0].Limit != 60 {
+			t.Fatalf("the tier's refusal: %+v", out[0])
+		}
+		before := inner.calls.Load()
+		s.Decide(ctx, tier(60, 2), at(0.5), out)
+		if inner.calls.Load() != before {
+			t.Fatal("the same tier was not answered from memory")
+		}
+		s.Decide(ctx, tier(60, 5), at(0.5), out)
+		s.Decide(ctx, tier(120, 2), at(0.5), out)
+		if inner.calls.Load() != before+2 {
+			t.Fatal("another burst or limit was answered from the memory of a refusal under the tier")
+		}
+	})
+	t.Run("peek", func(t *testing.T) {
+		inner := &counting{Store: limits.NewMemory(limits.MemoryOptions{})}
+		s := limits.NewRemember(inner, 100)
+		r := sw("r", 1, time.Minute)
+		out := make([]limits.Decision, 1)
+		s.Decide(ctx, one(r, "k"), at(0), out)
+		// The refusal a Peek finds is remembered: the Decide after it is
+		// answered from memory, and so is the next Peek.
+		if ok, _ := s.Peek(ctx, one(r, "k"), at(1), out); ok || out[0].RetryAfter != 59*time.Second {
+			t.Fatalf("peek: %+v", out[0])
+		}
+		before := inner.calls.Load()
+		if ok, _ := s.Decide(ctx, one(r, "k"), at(2), out); ok || out[0].RetryAfter != 58*time.Second {
+			t.Fatalf("decide after the peek: %+v", out[0])
+		}
+		if ok, _ := s.Peek(ctx, one(r, "k"), at(3), out); ok || out[0].RetryAfter != 57*time.Second {
+			t.Fatalf("peek from memory: %+v", out[0])
+		}
+		if inner.calls.Load() != before {
+			t.Fatal("remembered refusals asked the store")
+		}
+	})
+	t.Run("reset", func(t *testing.T) {
+		inner := &counting{Store: limits.NewMemory(limits.MemoryOptions{})}
+		s := limits.NewRemember(inner, 100)
+		r := tb("r", 1, time.Hour, 1)
+		out := make([]limits.Decision, 1)
+		s.Decide(ctx, one(r, "k"), at(0), out)
+		s.Decide(ctx, one(r, "k"), at(1), out)
+		if err := s.Reset(ctx, r, limits.KeyOf("caller", "k")); err != nil {
+			t.Fatal(err)
+		}
+		if ok, _ := s.Decide(ctx, one(r, "k"), at(2), out); !ok || out[0].Remaining != 0 {
+			t.Fatalf("after Reset: %+v", out[0])
+		}
+	})
 }

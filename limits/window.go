@@ -19,8 +19,8 @@ type slot struct {
 // window is one key's sliding-window log: a ring of slots in time order.
 type window struct {
 	ring []slot
-	head int
-	size int
+	head int32 // the ring holds at most maxSlots+1 slots
+	size int32
 	used int64 // sum of n over live slots
 	span int64 // window length, ns
 }
@@ -29,7 +29,7 @@ func newWindow(span time.Duration) *window {
 	return &window{span: int64(span)}
 }
 
-func (w *window) at(i int) *slot { return &w.ring[(w.head+i)%len(w.ring)] }
+func (w *window) at(i int) *slot { return &w.ring[(int(w.head)+i)%len(w.ring)] }
 
 // expire drops the slots whose latest admission has left the window
 // (now-span, now].
@@ -40,7 +40,7 @@ func (w *window) expire(now int64) {
 			return
 		}
 		w.used -= s.n
-		w.head = (w.head + 1) % len(w.ring)
+		w.head = int32((int(w.head) + 1) % len(w.ring))
 		w.size--
 	}
 	w.head = 0 // empty: restart at the front, keeps the ring compact
@@ -48,7 +48,7 @@ func (w *window) expire(now int64) {
 
 // idle reports whether nothing counted is left in the window at now.
 func (w *window) idle(now int64) bool {
-	return w.size == 0 || w.at(w.size-1).at <= now-w.span
+	return w.size == 0 || w.at(int(w.size)-1).at <= now-w.span
 }
 
 // decide evaluates cost at now against limit without recording it. The
@@ -73,7 +73,7 @@ func (w *window) retryAfter(now, cost, limit int64) time.Duration {
 	}
 	need := w.used + cost - limit
 	var freed int64
-	for i := 0; i < w.size; i++ {
+	for i := 0; i < int(w.size); i++ {
 		s := w.at(i)
 		freed += s.n
 		if freed >= need {
@@ -88,7 +88,7 @@ func (w *window) fillAfters(now int64, d *Decision) {
 		return
 	}
 	d.NextAfter = time.Duration(max(w.at(0).at+w.span-now, 0))
-	d.ResetAfter = time.Duration(max(w.at(w.size-1).at+w.span-now, 0))
+	d.ResetAfter = time.Duration(max(w.at(int(w.size)-1).at+w.span-now, 0))
 }
 
 // record counts cost at now and updates d to the state after it. limit
@@ -97,32 +97,55 @@ func (w *window) record(now, cost, limit int64, d *Decision) {
 	if cost == 0 {
 		return // nothing to count; must not move a slot's expiry
 	}
-	if w.size > 0 {
-		// A clock that went backwards must not break the time order of the
-		// ring: count the admission at the latest time seen.
-		now = max(now, w.at(w.size-1).at)
-	}
-	capacity := min(limit, maxSlots)
-	if limit > maxSlots {
-		capacity = maxSlots + 1 // live slots span up to 1001 distinct 1/1000 buckets
-	}
-	switch {
-	case w.size > 0 && (w.size >= int(capacity) || (limit > maxSlots && sameBucket(w.at(w.size-1).at, now, w.span))):
+	at, merge, capacity := w.place(now, limit)
+	if merge {
 		// Merging moves the slot's earlier admissions later: it can only
 		// refuse early, never admit more.
-		t := w.at(w.size - 1)
-		t.at = now
+		t := w.at(int(w.size) - 1)
+		t.at = at
 		t.n += cost
-	default:
-		if w.size == len(w.ring) {
+	} else {
+		if int(w.size) == len(w.ring) {
 			w.grow(int(capacity))
 		}
-		*w.at(w.size) = slot{at: now, n: cost}
+		*w.at(int(w.size)) = slot{at: at, n: cost}
 		w.size++
 	}
 	w.used += cost
 	d.Remaining = max(limit-w.used, 0)
 	w.fillAfters(now, d)
+}
+
+// preview updates d to the state record would leave, recording nothing.
+func (w *window) preview(now, cost, limit int64, d *Decision) {
+	if cost == 0 {
+		return
+	}
+	at, merge, _ := w.place(now, limit)
+	oldest := at
+	if w.size > 0 && !(merge && w.size == 1) {
+		oldest = w.at(0).at
+	}
+	d.Remaining = max(limit-w.used-cost, 0)
+	d.NextAfter = time.Duration(max(oldest+w.span-now, 0))
+	d.ResetAfter = time.Duration(max(at+w.span-now, 0))
+}
+
+// place is where record counts an admission at now: the time it is
+// counted at, whether it merges into the newest slot, and the ring's
+// capacity under limit.
+func (w *window) place(now, limit int64) (at int64, merge bool, capacity int64) {
+	if w.size > 0 {
+		// A clock that went backwards must not break the time order of the
+		// ring: count the admission at the latest time seen.
+		now = max(now, w.at(int(w.size)-1).at)
+	}
+	capacity = min(limit, maxSlots)
+	if limit > maxSlots {
+		capacity = maxSlots + 1 // live slots span up to 1001 distinct 1/1000 buckets
+	}
+	merge = w.size > 0 && (int64(w.size) >= capacity || (limit > maxSlots && sameBucket(w.at(int(w.size)-1).at, now, w.span)))
+	return now, merge, capacity
 }
 
 func sameBucket(a, b, span int64) bool {
@@ -135,7 +158,7 @@ func sameBucket(a, b, span int64) bool {
 func (w *window) grow(capacity int) {
 	n := min(max(2*len(w.ring), 2), capacity)
 	ring := make([]slot, n)
-	for i := 0; i < w.size; i++ {
+	for i := 0; i < int(w.size); i++ {
 		ring[i] = *w.at(i)
 	}
 	w.ring, w.head = ring, 0

@@ -1,0 +1,374 @@
+package limits
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// scriptMode says what redis.lua does with a batch it evaluates.
+type scriptMode int
+
+const (
+	modeDecide  scriptMode = 0 // record the batch when admitted
+	modePeek    scriptMode = 1 // answer as modeDecide would, record nothing
+	modeRefused scriptMode = 2 // the batch is refused already: answer as is, record nothing
+)
+
+// keyBase is the name every Redis key of (rule, key) starts with; its hash
+// tag keeps them in one cluster slot, while counters of different keys or
+// rules live in different slots (see Redis).
+func (s *Redis) keyBase(rule string, key Key) string {
+	return s.o.Prefix + "{" + rule + "|" + key.s + "}"
+}
+
+// appendKeys appends the Redis keys of h's counter: a sliding window's
+// sorted set and hash, or a token bucket's string.
+func (s *Redis) appendKeys(keys []string, h *Hit) []string {
+	base := s.keyBase(h.Rule.Name, h.Key)
+	if h.Rule.Algorithm == TokenBucket {
+		return append(keys, base+":b")
+	}
+	return append(keys, base+":z", base+":h")
+}
+
+// Decide implements Store.
+func (s *Redis) Decide(ctx context.Context, hits []Hit, now time.Time, out []Decision) (bool, error) {
+	return s.evaluate(ctx, hits, now, out, modeDecide)
+}
+
+// Peek implements Store: the same script, recording nothing. On a cluster
+// every part is evaluated in turn, nothing to roll back.
+func (s *Redis) Peek(ctx context.Context, hits []Hit, now time.Time, out []Decision) (bool, error) {
+	return s.evaluate(ctx, hits, now, out, modePeek)
+}
+
+// Reset implements Store: it deletes the key's counters of both
+// algorithms (one slot, so one DEL on a cluster too).
+func (s *Redis) Reset(ctx context.Context, rule *Rule, key Key) error {
+	if rule == nil {
+		return ErrBatch
+	}
+	base := s.keyBase(rule.Name, key)
+	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+	defer cancel()
+	if err := s.o.Client.Del(ctx, base+":z", base+":h", base+":b").Err(); err != nil {
+		return fmt.Errorf("redis reset: %w", err)
+	}
+	return nil
+}
+
+func (s *Redis) evaluate(ctx context.Context, hits []Hit, now time.Time, out []Decision, mode scriptMode) (bool, error) {
+	if err := checkBatch(hits, out); err != nil {
+		return false, err
+	}
+	if s.cluster == nil {
+		return s.run(ctx, s.shard(""), hits, now, out, nil, mode)
+	}
+	parts := s.slotParts(hits)
+	if len(parts) == 1 {
+		sh, err := s.shardOf(ctx, &hits[0])
+		if err != nil {
+			return false, err
+		}
+		return s.run(ctx, sh, hits, now, out, nil, mode)
+	}
+	return s.evaluateSplit(ctx, hits, parts, now, out, mode)
+}
+
+// slotParts groups a batch's hits by cluster slot, in slot order, the
+// parts holding only shadow hits last: the fixed order in which every
+// instance decides the parts of a split batch.
+func (s *Redis) slotParts(hits []Hit) [][]int {
+	if len(hits) == 1 {
+		return [][]int{{0}}
+	}
+	slots := make([]int, len(hits))
+	enforcing := make(map[int]bool, len(hits))
+	for i := range hits {
+		slots[i] = Slot(s.keyBase(hits[i].Rule.Name, hits[i].Key))
+		if !hits[i].Rule.Shadow {
+			enforcing[slots[i]] = true
+		}
+	}
+	order := make([]int, len(hits))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		sa, sb := slots[order[a]], slots[order[b]]
+		if enforcing[sa] != enforcing[sb] {
+			return enforcing[sa]
+		}
+		return sa < sb
+	})
+	var parts [][]int
+	for _, i := range order {
+		if n := len(parts); n > 0 && slots[parts[n-1][0]] == slots[i] {
+			parts[n-1] = append(parts[n-1], i)
+		} else {
+			parts = append(parts, []int{i})
+		}
+	}
+	return parts
+}
+
+// evaluateSplit evaluates a batch whose hits live in several cluster
+// slots, part by part in slot order. While the parts admit, each is
+// decided (or peeked) in mode; when one refuses, the parts recorded before
+// it are rolled back, and the parts after it are evaluated as refused, so
+// every hit still gets its decision.
+func (s *Redis) evaluateSplit(ctx context.Context, hits []Hit, parts [][]int, now time.Time, out []Decision, mode scriptMode) (bool, error) {
+	type recorded struct {
+		sh   *redisShard
+		hits []Hit
+		recs []int64
+	}
+	var done []recorded
+	var taken []int // hits recorded (or, peeking, that would be)
+	rollback := func() {
+		for _, r := range done {
+			s.rollback(r.sh, r.hits, r.recs)
+		}
+		done = nil
+	}
+	allowed := true
+	for _, part := range parts {
+		ph := make([]Hit, len(part))
+		for j, i := range part {
+			ph[j] = hits[i]
+		}
+		m := mode
+		if !allowed {
+			m = modeRefused
+		}
+		sh, err := s.shardOf(ctx, &ph[0])
+		if err != nil {
+			rollback()
+			return false, err
+		}
+		pout := make([]Decision, len(part))
+		recs := make([]int64, len(part))
+		ok, err := s.run(ctx, sh, ph, now, pout, recs, m)
+		if err != nil {
+			rollback()
+			return false, err
+		}
+		for j, i := range part {
+			out[i] = pout[j]
+		}
+		if !allowed {
+			continue
+		}
+		if !ok {
+			allowed = false
+			rollback()
+			// As the batch was refused, those hits show what is left
+			// without them: a window's units or a bucket's tokens back.
+			for _, i := range taken {
+				out[i].Remaining += hits[i].Cost
+			}
+			continue
+		}
+		for j, i := range part {
+			if pout[j].Allowed && ph[j].Cost > 0 {
+				taken = append(taken, i)
+			}
+		}
+		if m == modeDecide {
+			done = append(done, recorded{sh: sh, hits: ph, recs: recs})
+		}
+	}
+	return allowed, nil
+}
+
+// rollback takes back what redis.lua recorded of one part (best effort: a
+// part that cannot be taken back stays counted, which refuses more, never
+// admits more, and leaves the window or refills like any admission).
+func (s *Redis) rollback(sh *redisShard, hits []Hit, recs []int64) {
+	keys := make([]string, 0, 2*len(hits))
+	args := make([]any, 0, 1+4*len(hits))
+	args = append(args, 0)
+	n := 0
+	for i := range hits {
+		if recs[i] == 0 {
+			continue
+		}
+		h := &hits[i]
+		_, burst := h.Limits()
+		keys = s.appendKeys(keys, h)
+		args = append(args, algorithmArg(h.Rule.Algorithm), recs[i], h.Cost, burst)
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	args[0] = n
+	ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
+	defer cancel()
+	if err := s.undo.Run(ctx, s.o.Client, keys, args...).Err(); err != nil {
+		s.failed(sh, err)
+	}
+}
+
+// algorithmArg is an algorithm as the scripts name it.
+func algorithmArg(a Algorithm) string {
+	if a == TokenBucket {
+		return "b"
+	}
+	return "w"
+}
+
+// shardOf returns the shard that serves h's counters: in a cluster, the
+// master of its slot by the client's current slot map.
+func (s *Redis) shardOf(ctx context.Context, h *Hit) (*redisShard, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+	defer cancel()
+	c, err := s.cluster.MasterForKey(ctx, s.keyBase(h.Rule.Name, h.Key))
+	if err != nil {
+		// No slot map (every node unreachable since start): the cluster as
+		// a whole is the shard.
+		sh := s.shard("")
+		s.failed(sh, err)
+		if sh.down.Load() {
+			return nil, ErrUnavailable
+		}
+		return nil, fmt.Errorf("redis decision: %w", err)
+	}
+	return s.shard(c.Options().Addr), nil
+}
+
+// shard returns the breaker of the shard at addr.
+func (s *Redis) shard(addr string) *redisShard {
+	if v, ok := s.shards.Load(addr); ok {
+		return v.(*redisShard)
+	}
+	v, _ := s.shards.LoadOrStore(addr, &redisShard{addr: addr})
+	return v.(*redisShard)
+}
+
+// run runs the script in mode for hits, which all live on sh; recs, when
+// not nil, receives what each hit recorded (for rollback; 0: nothing).
+func (s *Redis) run(ctx context.Context, sh *redisShard, hits []Hit, now time.Time, out []Decision, recs []int64, mode scriptMode) (bool, error) {
+	if sh.down.Load() {
+		return false, ErrUnavailable
+	}
+	keys := make([]string, 0, 2*len(hits))
+	args := make([]any, 0, 4+6*len(hits))
+	args = append(args, len(hits), int64(0), int(mode), maxSlots)
+	if s.o.ClientClock {
+		args[1] = now.UnixMicro()
+	}
+	for i := range hits {
+		h := &hits[i]
+		limit, burst := h.Limits()
+		keys = s.appendKeys(keys, h)
+		shadow := 0
+		if h.Rule.Shadow {
+			shadow = 1
+		}
+		args = append(args, algorithmArg(h.Rule.Algorithm), shadow, limit, h.Rule.Window.Microseconds(), h.Cost, burst)
+	}
+	callCtx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+	start := time.Now()
+	res, err := s.script.Run(callCtx, s.o.Client, keys, args...).Slice()
+	cancel()
+	if err != nil && ctx.Err() != nil {
+		// The request itself went away (a client disconnect): not a
+		// failure of Redis, and no reason to open the breaker.
+		return false, fmt.Errorf("redis decision: %w", ctx.Err())
+	}
+	if s.o.OnCall != nil {
+		s.o.OnCall(time.Since(start), err)
+	}
+	if err != nil {
+		if redis.IsClusterDownError(err) {
+			// The whole cluster refuses while a slot has no master (Redis's
+			// cluster-require-full-coverage): not this shard's failure, so
+			// its breaker stays closed; the request fails and FAIL_OPEN
+			// applies.
+			s.cluster.ReloadState(context.Background())
+			return false, fmt.Errorf("redis decision: %w", err)
+		}
+		s.failed(sh, err)
+		return false, fmt.Errorf("redis decision: %w", err)
+	}
+	sh.failures.Store(0)
+	if err := decodeReply(res, hits, mode, out, recs); err != nil {
+		return false, fmt.Errorf("redis decision: %w", err)
+	}
+	return res[0] == int64(1), nil
+}
+
+// decodeReply fills out (and recs) from redis.lua's reply for hits
+// decided in mode. A token bucket's numbers are computed here from the
+// state the script read, with the arithmetic Memory uses.
+func decodeReply(res []any, hits []Hit, mode scriptMode, out []Decision, recs []int64) error {
+	const per = 6
+	if len(res) != 2+per*len(hits) {
+		return fmt.Errorf("%d values returned for %d hits", len(res), len(hits))
+	}
+	batch, _ := res[0].(int64)
+	now, _ := res[1].(int64)
+	for i := range hits {
+		r := res[2+per*i:]
+		h := &hits[i]
+		limit, burst := h.Limits()
+		allowed, _ := r[0].(int64)
+		rec, _ := r[1].(int64)
+		if recs != nil {
+			recs[i] = rec
+		}
+		if h.Rule.Algorithm == TokenBucket {
+			state, _ := r[2].(string)
+			p := newBucketParams(h.Rule.Window, limit, burst)
+			tokens, last := bucketState(&p, state, now)
+			d, level := p.decide(tokens, last, now, h.Cost)
+			if d.Allowed != (allowed == 1) {
+				// Cannot happen (the same IEEE operations on both sides);
+				// the script's verdict is what was recorded.
+				d.Allowed = allowed == 1
+				d.RetryAfter = 0
+				if !d.Allowed {
+					d.RetryAfter = time.Microsecond
+				}
+			}
+			if batch == 1 && mode != modeRefused && d.Allowed && h.Cost > 0 {
+				p.take(level, last, now, h.Cost, &d)
+			}
+			out[i] = d
+			continue
+		}
+		var v [4]int64
+		for j := range v {
+			v[j], _ = r[2+j].(int64)
+		}
+		out[i] = Decision{
+			Allowed:    allowed == 1,
+			Limit:      limit,
+			Remaining:  v[0],
+			RetryAfter: micros(v[1]),
+			ResetAfter: micros(v[2]),
+			NextAfter:  micros(v[3]),
+		}
+	}
+	return nil
+}
+
+// bucketState parses a bucket's stored state, "tokens last" as redis.lua
+// writes it, clamped to p's burst; "" (or anything unreadable, as the
+// script also reads it) is a fresh bucket, full at now.
+func bucketState(p *bucketParams, state string, now int64) (float64, int64) {
+	t, l, ok := strings.Cut(state, " ")
+	tokens, err1 := strconv.ParseFloat(t, 64)
+	last, err2 := strconv.ParseFloat(l, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return p.burst, now
+	}
+	return min(tokens, p.burst), int64(last)
+}
