@@ -20,6 +20,7 @@ const (
 	codeUpstreamDown        = "upstream_unavailable"
 	codeUpstreamTimeout     = "upstream_timeout"
 	codeStoreDown           = "rate_limiter_unavailable"
+	codeMissingKey          = "missing_key"
 )
 
 // field is one top-level member an error body adds to its envelope.

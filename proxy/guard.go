@@ -13,14 +13,29 @@ import (
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
 )
 
-// guard runs the guard chain of SPEC §4 on a protected request, in its
-// contractual order: identify, rate limit, body and file size, token cap.
-// It reports whether the request may be forwarded;
-// when not, the answer has been written and x.decision says why.
-func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time) bool {
+// guard runs the guard chain of SPEC §4 and §7.3 on a request that is
+// protected or that a rule applies to, as explicit steps:
+//
+//  1. identify the caller (401 with REQUIRE_AUTH, protected routes);
+//  2. the applying rules that need no body: their keys, 400 missing_key;
+//  3. when some applying rule needs the body: a peek (nothing recorded) at
+//     the rules of step 2, so that a caller already over one is refused
+//     before its body is read;
+//  4. read the body within the caps (415, 413) and, on a protected route,
+//     count its tokens; body key parts are read in the same pass (400);
+//  5. the rules that need the body: their keys;
+//  6. decide every applying rule in one batch, all-or-nothing (429, or a
+//     hold for delay rules);
+//  7. the token cap (413);
+//
+// then the caller forwards. Without body rules step 6 comes right after
+// step 2, before the body is read, as in the first release. It reports
+// whether the request may be forwarded; when not, the answer has been
+// written and x.decision says why.
+func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time, pol *policy, protected bool, cands []*rule) bool {
 	// 1. Identify.
 	c := p.ips.identify(r, anthropicPath(x.apiPath))
-	if p.cfg.RequireAuth && !c.hasCred {
+	if protected && p.cfg.RequireAuth && !c.hasCred {
 		x.decision = decUnauthorized
 		p.log.Info("request denied", "rule", "require_auth", "key", "caller="+c.logged(), "path", r.URL.Path)
 		x.Header()["Www-Authenticate"] = []string{"Bearer"}
@@ -28,45 +43,330 @@ func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time) bool {
 			message: "An API key is required: send Authorization: Bearer <key>, X-API-Key or api-key."})
 		return false
 	}
+	in := &x.keys
+	*in = keyInput{r: r, p: p, c: &c, path: x.apiPath}
+	if in.path == "" {
+		in.path = canonicalPath(r.URL.Path)
+	}
+	if pol.tierFrom != "" {
+		if v := r.Header[pol.tierFrom]; len(v) > 0 {
+			in.plan = strings.TrimSpace(v[0])
+		}
+	}
+	x.hits, x.out, x.rules = x.hitBuf[:0], x.outBuf[:0], x.ruleBuf[:0]
 
-	// 2. Rate limit.
-	if !p.cfg.RateLimitEnabled {
-		return p.guardBody(x, r, c, now)
+	// 2. The rules that need no body.
+	bodyRules := false
+	for _, ru := range cands {
+		if ru.needsBody {
+			bodyRules = true
+			continue
+		}
+		if !p.addHit(x, r, in, ru) {
+			return false
+		}
 	}
-	x.hits[0] = limits.Hit{Rule: p.chatRule.rule, Key: limits.KeyOf("caller", c.value), Cost: 1}
-	allowed, err := p.store.Decide(r.Context(), x.hits[:], now, x.out[:])
-	if err != nil {
-		return p.storeFailed(x, r, c, now, err)
+	if !bodyRules {
+		if len(x.hits) > 0 && !p.decide(x, r, in, now) {
+			return false
+		}
+		if !protected {
+			return true
+		}
+		return p.readBody(x, r, in, now, protected, false, nil) && p.tokenCap(x, r, in)
 	}
-	x.limited, x.rule, x.dec = true, p.chatRule, x.out[0]
-	if !allowed {
-		p.refuse(x, r, &x.hits[0], "caller="+c.logged())
+
+	// 3. A caller already over a rule that needs no body is refused
+	// before its body is read.
+	if len(x.hits) > 0 {
+		x.sizeOut()
+		ok, err := p.store.Peek(r.Context(), x.hits, now, x.out)
+		switch {
+		case err != nil:
+			if !p.storeFailed(x, r, in, err) {
+				return false
+			}
+		case !ok && !p.holdable(x, 0):
+			p.refuse(x, r, in)
+			return false
+		}
+	}
+
+	// 4. The body, its size and (protected) its tokens, with the body key
+	// parts in the same pass.
+	if !p.readBody(x, r, in, now, protected, true, bodyFields(cands)) {
 		return false
 	}
-	return p.guardBody(x, r, c, now)
+
+	// 5, 6. The rules that need the body, then the batch.
+	for _, ru := range cands {
+		if ru.needsBody && !p.addHit(x, r, in, ru) {
+			return false
+		}
+	}
+	if len(x.hits) > 0 && !p.decide(x, r, in, now) {
+		return false
+	}
+	// 7. The token cap.
+	return !protected || p.tokenCap(x, r, in)
 }
 
-// guardBody runs guards 3 and 4: the body and file size caps, then the
-// input-token cap. The body is read in full (within the cap) because a
-// token cap cannot un-send bytes; an admitted body is then forwarded from
-// that copy, byte for byte. A compressed body is refused before any byte
-// of it is read (SPEC §4.6): the caps would count the compressed bytes.
-func (p *Proxy) guardBody(x *exchange, r *http.Request, c caller, now time.Time) bool {
+// addHit adds the rule's hit to the batch when the rule applies: its
+// `when` conditions hold and its key can be built (a missing part skips
+// the rule, or answers 400 missing_key with on_missing_key = "reject").
+// The effective limit is the plan's tier, then the key's override; an
+// "unlimited" one leaves the rule out. It reports false when it answered.
+func (p *Proxy) addHit(x *exchange, r *http.Request, in *keyInput, ru *rule) bool {
+	if !in.conditionsHold(ru) {
+		return true
+	}
+	key, missing, ok := in.key(ru)
+	if !ok {
+		if !ru.reject {
+			return true
+		}
+		ru.metrics.missing.Inc()
+		x.decision = decInvalid
+		p.log.Info("request denied", "rule", ru.lim.Name, "reason", "missing_key", "key_part", missing, "path", r.URL.Path)
+		p.writeError(x, r, &apiError{status: http.StatusBadRequest, code: codeMissingKey,
+			message: "The request lacks " + missing + ", which rule " + ru.lim.Name + " counts by.",
+			fields:  []field{{"rule", ru.lim.Name}, {"key_part", missing}}})
+		return false
+	}
+	h := limits.Hit{Rule: ru.lim, Key: key, Cost: 1}
+	eff, own := tierLimit{}, false
+	if ru.tiers != nil && in.plan != "" {
+		eff, own = ru.tiers[in.plan]
+	}
+	if ru.override != nil {
+		if o, ok := ru.override[key.String()]; ok {
+			eff, own = o, true
+		}
+	}
+	if own {
+		if eff.unlimited {
+			return true
+		}
+		h.Own, h.Limit, h.Burst = true, eff.limit, eff.limit
+		if ru.burstSet {
+			h.Burst = ru.lim.Burst
+		}
+	}
+	x.hits = append(x.hits, h)
+	x.rules = append(x.rules, ru)
+	return true
+}
+
+// decide decides the batch at now, all-or-nothing, holding the request
+// while delay rules allow it (SPEC §7.3), and answers 429 when refused.
+func (p *Proxy) decide(x *exchange, r *http.Request, in *keyInput, now time.Time) bool {
+	arrived := now
+	held := false
+	for {
+		x.sizeOut()
+		allowed, err := p.store.Decide(r.Context(), x.hits, now, x.out)
+		if err != nil {
+			if held {
+				p.unhold(x, "admitted")
+			}
+			return p.storeFailed(x, r, in, err)
+		}
+		if allowed {
+			p.observeRules(x, in, r)
+			x.limited, x.show = p.fewestRemaining(x)
+			if held {
+				p.unhold(x, "admitted")
+			}
+			return true
+		}
+		if !p.holdable(x, now.Sub(arrived)) {
+			p.observeRules(x, in, r)
+			if held {
+				p.unhold(x, "rate_limited")
+			}
+			p.refuse(x, r, in)
+			return false
+		}
+		if !held {
+			if !p.hold(x) {
+				p.observeRules(x, in, r)
+				p.refuse(x, r, in)
+				return false
+			}
+			held = true
+		}
+		if !p.wait(r, longestWait(x)) {
+			p.unhold(x, "client_closed")
+			x.decision = decClientClosed
+			return false
+		}
+		now = p.now()
+	}
+}
+
+// holdable reports whether the refused batch may be held and decided
+// again: every refusing enforcing rule is a delay rule, and the longest
+// wait ends within the smallest of their max_delay, counted from the
+// request's arrival (elapsed ago).
+func (p *Proxy) holdable(x *exchange, elapsed time.Duration) bool {
+	budget := time.Duration(-1)
+	for i, ru := range x.rules {
+		if x.out[i].Allowed || ru.action == actShadow {
+			continue
+		}
+		if ru.action != actDelay {
+			return false
+		}
+		if budget < 0 || ru.maxDelay < budget {
+			budget = ru.maxDelay
+		}
+	}
+	return budget >= 0 && elapsed+longestWait(x) <= budget
+}
+
+// longestWait is the longest RetryAfter among the refusing enforcing hits.
+func longestWait(x *exchange) time.Duration {
+	var w time.Duration
+	for i, ru := range x.rules {
+		if !x.out[i].Allowed && ru.action != actShadow {
+			w = max(w, x.out[i].RetryAfter)
+		}
+	}
+	return w
+}
+
+// hold takes one of MAX_DELAYED places; false when none is free.
+func (p *Proxy) hold(x *exchange) bool {
+	if p.delayed.Add(1) > p.cfg.MaxDelayed {
+		p.delayed.Add(-1)
+		return false
+	}
+	p.ruleSet.held.Inc()
+	x.heldBy = x.rules[firstRefusing(x)]
+	return true
+}
+
+func (p *Proxy) unhold(x *exchange, outcome string) {
+	p.delayed.Add(-1)
+	p.ruleSet.held.Dec()
+	m := x.heldBy.metrics
+	switch outcome {
+	case "admitted":
+		m.delayedAdmitted.Inc()
+	case "rate_limited":
+		m.delayedRefused.Inc()
+	default:
+		m.delayedGone.Inc()
+	}
+}
+
+// wait sleeps d, or less when the client leaves (false).
+func (p *Proxy) wait(r *http.Request, d time.Duration) bool {
+	t := time.NewTimer(max(d, time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+		return false
+	}
+}
+
+// firstRefusing is the index of the first refusing enforcing hit, in
+// evaluation order.
+func firstRefusing(x *exchange) int {
+	for i, ru := range x.rules {
+		if !x.out[i].Allowed && ru.action != actShadow {
+			return i
+		}
+	}
+	return 0
+}
+
+// fewestRemaining picks the applying enforcing rule X-RateLimit-* describe:
+// the fewest remaining, the first in evaluation order among equals. false
+// when only shadow rules applied (no headers).
+func (p *Proxy) fewestRemaining(x *exchange) (bool, int) {
+	best := -1
+	for i, ru := range x.rules {
+		if ru.action == actShadow {
+			continue
+		}
+		if best < 0 || x.out[i].Remaining < x.out[best].Remaining {
+			best = i
+		}
+	}
+	return best >= 0, max(best, 0)
+}
+
+// observeRules counts each rule's decision, logs and counts what shadow
+// rules would have refused, and sets the usage ratios.
+func (p *Proxy) observeRules(x *exchange, in *keyInput, r *http.Request) {
+	for i, ru := range x.rules {
+		d := &x.out[i]
+		m := ru.metrics
+		if d.Allowed {
+			m.allowed.Inc()
+		} else {
+			m.refused.Inc()
+			if ru.action == actShadow {
+				m.shadowDenied.Inc()
+				p.log.Info("shadow rule would refuse", "rule", ru.lim.Name, "key", p.loggedKey(in, ru),
+					"retry_after", max(ceilSeconds(d.RetryAfter), 1), "path", r.URL.Path)
+			}
+		}
+		if d.Limit > 0 {
+			m.usage.Set(float64(d.Limit-min(d.Remaining, d.Limit)) / float64(d.Limit))
+		} else {
+			m.usage.Set(1)
+		}
+	}
+}
+
+// loggedKey is a hit's key in its log form: IPs truncated (SPEC §6).
+func (p *Proxy) loggedKey(in *keyInput, ru *rule) string {
+	var b strings.Builder
+	for i := range ru.key {
+		kp := &ru.key[i]
+		if i > 0 {
+			b.WriteByte('&')
+		}
+		b.WriteString(kp.label)
+		b.WriteByte('=')
+		switch kp.kind {
+		case partCaller:
+			b.WriteString(in.c.logged())
+		case partIP:
+			b.WriteString(strings.TrimPrefix(caller{ip: p.ips.clientIP(in.r)}.logged(), "ip:"))
+		default:
+			v, _ := in.value(kp)
+			b.WriteString(limits.KeyOf("", v).String()[1:])
+		}
+	}
+	return b.String()
+}
+
+// readBody runs guards 3 and 4's reading: a compressed body is refused
+// unread (SPEC §4.6), the body is read within MAX_BODY_BYTES and its files
+// within MAX_FILE_BYTES, and on a protected route its input tokens are
+// counted. fields, when some applying rule reads the body, are read in the
+// same pass. The admitted body is then forwarded from that copy, byte for
+// byte.
+func (p *Proxy) readBody(x *exchange, r *http.Request, in *keyInput, now time.Time, protected, needBody bool, fields *tokens.Fields) bool {
 	// Content_Encoding: CGI and WSGI servers read the _ spelling as the same header.
 	if ce := slices.Concat(r.Header["Content-Encoding"], r.Header["Content_encoding"]); len(ce) > 0 && !identityOnly(ce) {
 		x.decision = decUnsupportedEncoding
-		p.log.Info("request denied", "rule", "content_encoding", "key", "caller="+c.logged(), "path", r.URL.Path)
+		p.log.Info("request denied", "rule", "content_encoding", "key", "caller="+in.c.logged(), "path", r.URL.Path)
 		x.Header()["Accept-Encoding"] = []string{"identity"}
 		p.writeError(x, r, &apiError{status: http.StatusUnsupportedMediaType, code: codeUnsupportedEncoding,
 			message: "Compressed request bodies are not accepted: send the body without a Content-Encoding."})
 		return false
 	}
 
-	// 3. Body and file size.
 	body, err := readBody(x.ResponseWriter, r, p.cfg.MaxBodyBytes, now)
 	switch {
 	case errors.Is(err, errBodyTooLarge):
-		p.tooLarge(x, r, c, "max_body_bytes", &apiError{status: http.StatusRequestEntityTooLarge, code: codeBodyTooLarge,
+		p.tooLarge(x, r, in.c, "max_body_bytes", &apiError{status: http.StatusRequestEntityTooLarge, code: codeBodyTooLarge,
 			message: "The request body exceeds " + strconv.FormatInt(p.cfg.MaxBodyBytes, 10) + " bytes.",
 			fields:  []field{{"max_body_bytes", p.cfg.MaxBodyBytes}}})
 		return false
@@ -86,37 +386,61 @@ func (p *Proxy) guardBody(x *exchange, r *http.Request, c caller, now time.Time)
 		return false
 	}
 	if big {
-		p.tooLarge(x, r, c, "max_file_bytes", &apiError{status: http.StatusRequestEntityTooLarge, code: codeFileTooLarge,
+		p.tooLarge(x, r, in.c, "max_file_bytes", &apiError{status: http.StatusRequestEntityTooLarge, code: codeFileTooLarge,
 			message: "An uploaded file exceeds " + strconv.FormatInt(p.cfg.MaxFileBytes, 10) + " bytes.",
 			fields:  []field{{"max_file_bytes", p.cfg.MaxFileBytes}}})
 		return false
 	}
 
-	// 4. Token cap.
-	est, err := p.tokens.Estimate(tokens.Request{Format: x.format, ContentType: ct,
-		Body: body.readerAt(), Size: body.size}, int(p.cfg.MaxInputTokens))
-	if err != nil {
-		if errors.Is(err, tokens.ErrInvalid) {
-			p.invalid(x, r, "The request body could not be parsed: "+strings.TrimPrefix(err.Error(), tokens.ErrInvalid.Error()+"\n")+".")
-			return false
+	req := tokens.Request{Format: x.format, ContentType: ct, Body: body.readerAt(), Size: body.size, Fields: fields}
+	in.fields = fields
+	switch {
+	case protected:
+		est, err := p.tokens.Estimate(req, int(p.cfg.MaxInputTokens))
+		if err != nil {
+			return p.unreadable(x, r, err)
 		}
-		p.log.Error("counting input tokens failed", "err", err)
-		p.invalid(x, r, "The request body could not be counted.")
-		return false
+		x.est = est
+		in.model, in.values = est.Model, est.Values
+	case needBody:
+		model, values, err := p.tokens.ReadFields(req)
+		if err != nil {
+			return p.unreadable(x, r, err)
+		}
+		in.model, in.values = model, values
 	}
-	p.metrics.inputTokens.Observe(float64(est.Tokens))
-	if int64(est.Tokens) > p.cfg.MaxInputTokens {
-		p.tooLarge(x, r, c, "max_input_tokens", &apiError{status: http.StatusRequestEntityTooLarge, code: codeInputTooLarge,
-			message: "The input is estimated at more than " + strconv.FormatInt(p.cfg.MaxInputTokens, 10) + " tokens.",
-			fields:  []field{{"max_input_tokens", p.cfg.MaxInputTokens}, {"estimated_tokens", est.Tokens}}})
-		return false
-	}
+	in.body = true
 
 	// Forward the bytes received, with their exact length.
 	r.Body = body.upstreamBody()
 	r.ContentLength = body.size
 	r.TransferEncoding = nil
 	delete(r.Header, "Expect") // the body is here already: no 100-continue upstream
+	return true
+}
+
+// unreadable answers 400 for a body the token counter or the key part
+// reader could not parse (the message says where, never what).
+func (p *Proxy) unreadable(x *exchange, r *http.Request, err error) bool {
+	if errors.Is(err, tokens.ErrInvalid) {
+		p.invalid(x, r, "The request body could not be parsed: "+strings.TrimPrefix(err.Error(), tokens.ErrInvalid.Error()+"\n")+".")
+		return false
+	}
+	p.log.Error("reading the request body failed", "err", err)
+	p.invalid(x, r, "The request body could not be counted.")
+	return false
+}
+
+// tokenCap is guard 4's cap: 413 past MAX_INPUT_TOKENS.
+func (p *Proxy) tokenCap(x *exchange, r *http.Request, in *keyInput) bool {
+	est := &x.est
+	p.metrics.inputTokens.Observe(float64(est.Tokens))
+	if int64(est.Tokens) > p.cfg.MaxInputTokens {
+		p.tooLarge(x, r, in.c, "max_input_tokens", &apiError{status: http.StatusRequestEntityTooLarge, code: codeInputTooLarge,
+			message: "The input is estimated at more than " + strconv.FormatInt(p.cfg.MaxInputTokens, 10) + " tokens.",
+			fields:  []field{{"max_input_tokens", p.cfg.MaxInputTokens}, {"estimated_tokens", est.Tokens}}})
+		return false
+	}
 	return true
 }
 
@@ -134,7 +458,7 @@ func identityOnly(values []string) bool {
 }
 
 // tooLarge answers a 413 and logs the denial.
-func (p *Proxy) tooLarge(x *exchange, r *http.Request, c caller, limit string, e *apiError) {
+func (p *Proxy) tooLarge(x *exchange, r *http.Request, c *caller, limit string, e *apiError) {
 	x.decision = decTooLarge
 	p.log.Info("request denied", "rule", limit, "key", "caller="+c.logged(), "path", r.URL.Path)
 	p.writeError(x, r, e)
@@ -146,18 +470,33 @@ func (p *Proxy) invalid(x *exchange, r *http.Request, message string) {
 	p.writeError(x, r, &apiError{status: http.StatusBadRequest, code: codeInvalidRequest, message: message})
 }
 
-// refuse answers 429 for the hit that refused (SPEC §5).
-func (p *Proxy) refuse(x *exchange, r *http.Request, h *limits.Hit, loggedKey string) {
+// refuse answers 429 for a refused batch (SPEC §5, §7.3): denied_by,
+// denied_key and limit of the first refusing rule in evaluation order,
+// violated naming every refusing rule, the longest wait in
+// retry_after_seconds and Retry-After.
+func (p *Proxy) refuse(x *exchange, r *http.Request, in *keyInput) {
 	x.decision = decRateLimited
-	d := &x.dec
-	retry := max(ceilSeconds(d.RetryAfter), 1)
-	d.Remaining = 0
+	first := firstRefusing(x)
+	var violated []string
+	var wait time.Duration
+	for i, ru := range x.rules {
+		if x.out[i].Allowed || ru.action == actShadow {
+			continue
+		}
+		violated = append(violated, ru.lim.Name)
+		wait = max(wait, x.out[i].RetryAfter)
+		x.out[i].Remaining = 0
+	}
+	x.limited, x.show = true, first
+	h := &x.hits[first]
+	d := &x.out[first]
+	retry := max(ceilSeconds(wait), 1)
 	secs := strconv.FormatInt(retry, 10)
 	hdr := x.Header()
 	hdr["Retry-After"] = []string{secs}
 	hdr["X-Ratelimit-Retry-After"] = []string{secs}
-	hdr["Retry-After-Ms"] = []string{strconv.FormatInt(max(ceilMillis(d.RetryAfter), 1), 10)}
-	p.log.Info("request denied", "rule", h.Rule.Name, "key", loggedKey, "retry_after", retry, "path", r.URL.Path)
+	hdr["Retry-After-Ms"] = []string{strconv.FormatInt(max(ceilMillis(wait), 1), 10)}
+	p.log.Info("request denied", "rule", h.Rule.Name, "key", p.loggedKey(in, x.rules[first]), "retry_after", retry, "path", r.URL.Path)
 	p.writeError(x, r, &apiError{
 		status:  http.StatusTooManyRequests,
 		code:    codeRateLimited,
@@ -167,22 +506,33 @@ func (p *Proxy) refuse(x *exchange, r *http.Request, h *limits.Hit, loggedKey st
 			{"denied_by", h.Rule.Name},
 			{"denied_key", h.Key.String()},
 			{"limit", d.Limit},
+			{"violated", violated},
 		},
 	})
 }
 
-// storeFailed applies FAIL_OPEN when the store could not decide: admit
-// without rate-limit headers, or answer 503.
-func (p *Proxy) storeFailed(x *exchange, r *http.Request, c caller, now time.Time, err error) bool {
+// storeFailed applies FAIL_OPEN when the store could not decide: go on
+// without rate-limit headers (true), or answer 503 (false).
+func (p *Proxy) storeFailed(x *exchange, r *http.Request, in *keyInput, err error) bool {
 	p.metrics.storeErrors.Inc()
 	x.decision = decStoreError
+	x.limited = false
 	if p.cfg.FailOpen != config.FailOpenFalse {
 		p.log.Debug("rate limiter store failed; admitting (fail_open)", "err", err)
-		return p.guardBody(x, r, c, now)
+		return true
 	}
-	p.log.Info("request denied", "rule", "fail_open", "key", "caller="+c.logged(), "retry_after", 1, "path", r.URL.Path, "err", err)
+	p.log.Info("request denied", "rule", "fail_open", "key", "caller="+in.c.logged(), "retry_after", 1, "path", r.URL.Path, "err", err)
 	x.Header()["Retry-After"] = []string{"1"}
 	p.writeError(x, r, &apiError{status: http.StatusServiceUnavailable, code: codeStoreDown,
 		message: "The rate limiter is unavailable. Please retry shortly."})
 	return false
+}
+
+// sizeOut makes out hold one decision per hit (allocating past
+// maxInlineRules).
+func (x *exchange) sizeOut() {
+	if cap(x.out) < len(x.hits) {
+		x.out = make([]limits.Decision, len(x.hits))
+	}
+	x.out = x.out[:len(x.hits)]
 }

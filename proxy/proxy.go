@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -54,7 +55,9 @@ type Proxy struct {
 	now        func() time.Time
 	ips        clientIPs
 	routes     *routes
-	chatRule   *ruleHeaders
+	policy     atomic.Pointer[policy]
+	ruleSet    *ruleMetricSet
+	delayed    atomic.Int64 // requests held by delay rules now
 	flatErrors bool
 	metrics    *metrics
 	tokens     *tokens.Tokenizer
@@ -105,17 +108,19 @@ func New(o Options) (*Proxy, error) {
 		}
 		p.ips.trusted = append(p.ips.trusted, pre)
 	}
-	chat := &limits.Rule{Name: "chat_rpm", Algorithm: limits.SlidingWindow, Limit: c.ChatRPM, Window: time.Minute}
-	if err := chat.Validate(); err != nil {
-		return nil, err
-	}
-	p.chatRule = newRuleHeaders(chat)
-
 	m, err := newMetrics(o.Registerer, c.ProtectedPaths)
 	if err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	p.metrics = m
+	if p.ruleSet, err = newRuleMetricSet(o.Registerer); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	pol, err := compilePolicy(&c, p.ruleSet)
+	if err != nil {
+		return nil, err
+	}
+	p.policy.Store(pol)
 	p.routes = newRoutes(c.ProtectedPaths, m)
 	if o.Stats != nil {
 		if err := registerStoreStats(o.Registerer, o.Stats); err != nil {
@@ -180,15 +185,24 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			x.body.close()
 		}
 	}()
-	if protected {
-		pass := p.guard(x, r, start)
+	pol := p.policy.Load()
+	cands := x.candBuf[:0]
+	if p.cfg.RateLimitEnabled && (protected || pol.ownPaths) {
+		cands = pol.applying(r, protected, p.routes, cands)
+	}
+	if protected || len(cands) > 0 {
+		pass := p.guard(x, r, start, pol, protected, cands)
 		x.forwardedAt = p.now()
 		x.route.guard.Observe(x.forwardedAt.Sub(start).Seconds())
 		if !pass {
 			x.route.requests[x.decision].Inc()
 			return
 		}
-		p.guarded.ServeHTTP(x, r)
+		if protected {
+			p.guarded.ServeHTTP(x, r)
+		} else {
+			p.forward.ServeHTTP(x, r) // a rule's own route: upgrades pass, as on any unprotected route
+		}
 	} else {
 		x.forwardedAt = p.now()
 		p.forward.ServeHTTP(x, r)

@@ -144,9 +144,9 @@ func Test429Bodies(t *testing.T) {
 		path string
 		want string
 	}{
-		{"/api/chat", `{"error":"rate_limited","message":"Too many requests. Please retry after 60 seconds.","retry_after_seconds":60,"denied_by":"chat_rpm","denied_key":"caller=ip:203.0.113.7","limit":0}`},
-		{"/v1/chat/completions", `{"error":{"message":"Too many requests. Please retry after 60 seconds.","type":"rate_limit_error","code":"rate_limited","param":null},"retry_after_seconds":60,"denied_by":"chat_rpm","denied_key":"caller=ip:203.0.113.7","limit":0}`},
-		{"/v1/messages", `{"type":"error","error":{"type":"rate_limit_error","code":"rate_limited","message":"Too many requests. Please retry after 60 seconds."},"retry_after_seconds":60,"denied_by":"chat_rpm","denied_key":"caller=ip:203.0.113.7","limit":0}`},
+		{"/api/chat", `{"error":"rate_limited","message":"Too many requests. Please retry after 60 seconds.","retry_after_seconds":60,"denied_by":"chat_rpm","denied_key":"caller=ip:203.0.113.7","limit":0,"violated":["chat_rpm"]}`},
+		{"/v1/chat/completions", `{"error":{"message":"Too many requests. Please retry after 60 seconds.","type":"rate_limit_error","code":"rate_limited","param":null},"retry_after_seconds":60,"denied_by":"chat_rpm","denied_key":"caller=ip:203.0.113.7","limit":0,"violated":["chat_rpm"]}`},
+		{"/v1/messages", `{"type":"error","error":{"type":"rate_limit_error","code":"rate_limited","message":"Too many requests. Please retry after 60 seconds."},"retry_after_seconds":60,"denied_by":"chat_rpm","denied_key":"caller=ip:203.0.113.7","limit":0,"violated":["chat_rpm"]}`},
 	}
 	for _, tt := range tests {
 		w := f.do(tt.path, "203.0.113.7:1")
@@ -221,6 +221,14 @@ type failingStore struct{}
 
 func (failingStore) Decide(context.Context, []limits.Hit, time.Time, []limits.Decision) (bool, error) {
 	return false, errors.New("connection refused")
+}
+
+func (failingStore) Peek(context.Context, []limits.Hit, time.Time, []limits.Decision) (bool, error) {
+	return false, errors.New("connection refused")
+}
+
+func (failingStore) Reset(context.Context, *limits.Rule, limits.Key) error {
+	return errors.New("connection refused")
 }
 
 func TestFailOpenAndClosed(t *testing.T) {

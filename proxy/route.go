@@ -24,14 +24,19 @@ var methodOverrideHeaders = [...]string{"X-Http-Method-Override", "X-Http-Method
 // POST in any case, or an override header names POST. A POST whose
 // override names another method is still a POST: the upstream may ignore
 // the header.
-func postLike(r *http.Request) bool {
-	if r.Method == http.MethodPost || strings.EqualFold(r.Method, http.MethodPost) {
+func postLike(r *http.Request) bool { return methodLike(r, http.MethodPost) }
+
+// methodLike reports whether r may be a request of method m (upper case)
+// to the upstream: its method, in any case, or one an override header
+// names.
+func methodLike(r *http.Request, m string) bool {
+	if r.Method == m || strings.EqualFold(r.Method, m) {
 		return true
 	}
 	for _, name := range methodOverrideHeaders {
 		for _, v := range r.Header[name] {
 			for tok := range strings.SplitSeq(v, ",") {
-				if strings.EqualFold(strings.TrimSpace(tok), http.MethodPost) {
+				if strings.EqualFold(strings.TrimSpace(tok), m) {
 					return true
 				}
 			}
@@ -68,7 +73,10 @@ func newRoutes(entries []string, m *metrics) *routes {
 	rs := &routes{exact: map[string]*protectedRoute{}}
 	for _, e := range entries {
 		c := canonicalPath(e)
-		rt := &protectedRoute{label: e, format: tokens.FormatForPath(c), metrics: m.route(e)}
+		rt := &protectedRoute{label: e, format: tokens.FormatForPath(c)}
+		if m != nil {
+			rt.metrics = m.route(e)
+		}
 		segs := splitSegments(c)
 		prefix := len(segs) > 0 && segs[len(segs)-1] == "*"
 		if prefix {

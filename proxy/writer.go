@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
@@ -26,13 +27,26 @@ type exchange struct {
 	body        *spooled // the buffered body of a protected request
 	now         func() time.Time
 
-	limited bool // a rule decided this request: stamp its headers
-	rule    *ruleHeaders
-	dec     limits.Decision
-
-	hits [1]limits.Hit
-	out  [1]limits.Decision
+	// The rate-limit batch: hits[i] was decided by rules[i] as out[i].
+	// limited says an enforcing rule decided: stamp the headers, with
+	// X-RateLimit-* from out[show].
+	limited bool
+	show    int
+	hits    []limits.Hit
+	out     []limits.Decision
+	rules   []*rule
+	heldBy  *rule           // the first refusing rule when a delay rule held the request
+	keys    keyInput        // what key parts are read from
+	est     tokens.Estimate // the token count of a protected body
+	candBuf [maxInlineRules]*rule
+	hitBuf  [maxInlineRules]limits.Hit
+	outBuf  [maxInlineRules]limits.Decision
+	ruleBuf [maxInlineRules]*rule
 }
+
+// maxInlineRules is how many applying rules a request holds without
+// allocating.
+const maxInlineRules = 8
 
 // ruleHeaders is what never changes in a rule's headers, rendered once.
 // The value slices are shared by every response and never written to (a
@@ -50,7 +64,7 @@ func newRuleHeaders(r *limits.Rule) *ruleHeaders {
 		rule:   r,
 		quoted: q,
 		limit:  []string{strconv.FormatInt(r.Limit, 10)},
-		policy: []string{q + ";q=" + strconv.FormatInt(r.Limit, 10) + ";w=" + strconv.FormatInt(int64(r.Window/time.Second), 10)},
+		policy: []string{policyItem(r, q, r.Limit, r.Burst)},
 	}
 }
 
@@ -101,24 +115,74 @@ func (e *exchange) Write(b []byte) (int, error) {
 	return e.ResponseWriter.Write(b)
 }
 
-// stamp sets the X-RateLimit-* and RateLimit headers of SPEC §5.
+// stamp sets the X-RateLimit-* and RateLimit headers of SPEC §5 and
+// §7.3: X-RateLimit-* from the applying enforcing rule with the fewest
+// remaining (out[show]), RateLimit-Policy and RateLimit listing every
+// applying enforcing rule, in evaluation order. Shadow rules add nothing.
 func (e *exchange) stamp(h http.Header) {
-	d := &e.dec
+	d := &e.out[e.show]
+	rh := e.rules[e.show].headers
 	remaining := intValue(d.Remaining)
-	t := d.NextAfter
-	if !d.Allowed {
-		t = d.RetryAfter
-	}
-	limit, policy := e.rule.limit, e.rule.policy
-	if d.Limit != e.rule.rule.Limit { // a limit of its own (FAIL_OPEN=local's share)
-		limit = intValue(d.Limit)
-		policy = []string{e.rule.quoted + ";q=" + limit[0] + ";w=" + strconv.FormatInt(int64(e.rule.rule.Window/time.Second), 10)}
-	}
-	h["X-Ratelimit-Limit"] = limit
+	h["X-Ratelimit-Limit"] = rh.limitValue(e.hits[e.show].Rule, d.Limit)
 	h["X-Ratelimit-Remaining"] = remaining
 	h["X-Ratelimit-Reset"] = intValue(ceilSeconds(d.ResetAfter))
-	h["Ratelimit-Policy"] = policy
-	h["Ratelimit"] = []string{e.rule.quoted + ";r=" + remaining[0] + ";t=" + intValue(ceilSeconds(t))[0]}
+	n := 0
+	for _, ru := range e.rules {
+		if ru.action != actShadow {
+			n++
+		}
+	}
+	if n == 1 {
+		h["Ratelimit-Policy"] = rh.policyValue(&e.hits[e.show], d.Limit)
+		h["Ratelimit"] = []string{rh.quoted + ";r=" + remaining[0] + ";t=" + intValue(ceilSeconds(nextAfter(d)))[0]}
+		return
+	}
+	var pol, state strings.Builder
+	for i, ru := range e.rules {
+		if ru.action == actShadow {
+			continue
+		}
+		if pol.Len() > 0 {
+			pol.WriteString(", ")
+			state.WriteString(", ")
+		}
+		di := &e.out[i]
+		pol.WriteString(ru.headers.policyValue(&e.hits[i], di.Limit)[0])
+		state.WriteString(ru.headers.quoted)
+		state.WriteString(";r=")
+		state.WriteString(intValue(di.Remaining)[0])
+		state.WriteString(";t=")
+		state.WriteString(intValue(ceilSeconds(nextAfter(di)))[0])
+	}
+	h["Ratelimit-Policy"] = []string{pol.String()}
+	h["Ratelimit"] = []string{state.String()}
+}
+
+// nextAfter is the RateLimit t parameter: the wait until the request
+// would be admitted when refused, else until more quota is available.
+func nextAfter(d *limits.Decision) time.Duration {
+	if !d.Allowed {
+		return d.RetryAfter
+	}
+	return d.NextAfter
+}
+
+// limitValue is X-RateLimit-Limit for an effective limit.
+func (rh *ruleHeaders) limitValue(_ *limits.Rule, limit int64) []string {
+	if limit == rh.rule.Limit {
+		return rh.limit
+	}
+	return intValue(limit)
+}
+
+// policyValue is the rule's RateLimit-Policy item for a hit's effective
+// limit (a tier, an override, FAIL_OPEN=local's share).
+func (rh *ruleHeaders) policyValue(h *limits.Hit, limit int64) []string {
+	_, burst := h.Limits()
+	if limit == rh.rule.Limit && burst == rh.rule.Burst {
+		return rh.policy
+	}
+	return []string{policyItem(rh.rule, rh.quoted, limit, burst)}
 }
 
 // ceilSeconds rounds d up to whole seconds.

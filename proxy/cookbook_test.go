@@ -1,0 +1,193 @@
+package proxy_test
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/config"
+)
+
+// The README's policy cookbook: every file in examples/policies loads,
+// validates and behaves as its comment says.
+
+func cookbook(t *testing.T, name string, environ ...string) option {
+	t.Helper()
+	b, err := os.ReadFile("../examples/policies/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rules(t, string(b), environ...)
+}
+
+func TestCookbookEveryFileIsValid(t *testing.T) {
+	entries, err := os.ReadDir("../examples/policies")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		c, err := config.Load("../examples/policies/"+e.Name(), func(string) (string, bool) { return "", false })
+		if err == nil {
+			err = c.Validate()
+		}
+		if err != nil {
+			t.Errorf("%s: %v", e.Name(), err)
+		}
+	}
+}
+
+func TestCookbookChatPerUser(t *testing.T) {
+	f := newFixture(t, cookbook(t, "chat-per-user.toml"))
+	// A burst of 5, then one token every 3 s (20 a minute).
+	for i := range 5 {
+		if w := f.send("/api/chat", "203.0.113.7:1", "", `{"message":"hi"}`, "Authorization", "Bearer k1"); w.Code != 200 {
+			t.Fatalf("burst %d: %d %s", i, w.Code, w.Body)
+		}
+	}
+	w := f.send("/api/chat", "203.0.113.7:1", "", `{"message":"hi"}`, "Authorization", "Bearer k1")
+	if w.Code != 429 || body429(t, w).DeniedBy != "chat-per-user" || w.Header().Get("Retry-After") != "3" {
+		t.Fatalf("after the burst: %d %s %v", w.Code, w.Body, w.Header())
+	}
+	// Free plan: refill 10 a minute (a token every 6 s).
+	for range 5 {
+		f.send("/v1/chat/completions", "203.0.113.8:1", "application/json", `{"messages":[]}`, "Authorization", "Bearer k2", "X-Plan", "free")
+	}
+	w = f.send("/v1/chat/completions", "203.0.113.8:1", "application/json", `{"messages":[]}`, "Authorization", "Bearer k2", "X-Plan", "free")
+	if w.Code != 429 || w.Header().Get("Retry-After") != "6" || w.Header().Get("X-RateLimit-Limit") != "10" {
+		t.Fatalf("free plan: %d %v", w.Code, w.Header())
+	}
+	// Expert: unlimited by the bucket, still under the per-IP rule (120/min).
+	n := 0
+	for range 130 {
+		if f.send("/api/chat", "198.51.100.1:1", "", `{"message":"hi"}`, "Authorization", "Bearer k3", "X-Plan", "expert").Code == 200 {
+			n++
+		}
+	}
+	if n != 120 {
+		t.Fatalf("expert admitted %d, want the per-IP 120", n)
+	}
+	// Rotating made-up keys from one IP gains nothing past the per-IP rule.
+	w = f.send("/api/chat", "198.51.100.1:1", "", `{"message":"hi"}`, "Authorization", "Bearer fresh")
+	if w.Code != 429 || body429(t, w).DeniedBy != "chat-per-ip" {
+		t.Fatalf("rotated key: %d %s", w.Code, w.Body)
+	}
+}
+
+func TestCookbookSifen(t *testing.T) {
+	f := newFixture(t, cookbook(t, "sifen.toml"))
+	lot := `<rEnvioLote xmlns="http://ekuatia.set.gov.py/sifen/xsd"><dId>1</dId><xDE><rDE><DE><gDatGralOpe><gEmis>` +
+		`<dRucEm>80012345</dRucEm><dDVEmi>6</dDVEmi></gEmis></gDatGralOpe></DE></rDE></xDE></rEnvioLote>`
+	send := func(env string) int {
+		return f.send("/sifen/de/ws/async/recibe-lote", "203.0.113.7:1", "application/xml", lot, "X-Sifen-Env", env).Code
+	}
+	if send("test") != 200 || send("test") != 429 || send("prod") != 200 || send("prod") != 429 {
+		t.Fatal("one batch per RUC and environment")
+	}
+	f.clock.Set(10)
+	if send("test") != 200 || send("prod") != 429 {
+		t.Fatal("test waits 10 s, prod 30 s")
+	}
+	f.clock.Set(30)
+	if send("prod") != 200 {
+		t.Fatal("prod after 30 s")
+	}
+	// No issuer in the body: not limited (the seed's fail-open).
+	for range 3 {
+		if w := f.send("/sifen/consulta", "203.0.113.7:1", "application/xml", `<rEnviConsRUC><dRUCCons>1</dRUCCons></rEnviConsRUC>`, "X-Sifen-Env", "test"); w.Code != 200 {
+			t.Fatalf("no issuer: %d %s", w.Code, w.Body)
+		}
+	}
+}
+
+func TestCookbookMailLevels(t *testing.T) {
+	f := newFixture(t, cookbook(t, "mail-levels.toml"))
+	send := func(peer, from, domain, key string) int {
+		return f.send("/api/v1/send", peer, "application/json", `{"from":"`+from+`","domain":"`+domain+`","to":["x@gmail.com"]}`,
+			"Authorization", "Bearer "+key).Code
+	}
+	// sender-hour (100) is the first level a single sender passes.
+	for i := range 100 {
+		if c := send("203.0.113.7:1", "a@shop.example", "shop.example", "k1"); c != 200 {
+			t.Fatalf("message %d: %d", i, c)
+		}
+	}
+	w := f.send("/api/v1/send", "203.0.113.7:1", "application/json", `{"from":"a@shop.example","domain":"shop.example"}`, "Authorization", "Bearer k1")
+	if b := body429(t, w); w.Code != 429 || b.DeniedBy != "sender-hour" || b.DeniedKey != "json:from=a@shop.example" {
+		t.Fatalf("sender-hour: %d %s", w.Code, w.Body)
+	}
+	// Other senders of the domain share domain-hour (1000); the refused
+	// message above moved no counter, so exactly 900 more pass.
+	n := 0
+	for i := range 1000 {
+		from := "s" + strconv.Itoa(i%10) + "@shop.example"
+		peer := "198.51.100." + strconv.Itoa(1+i%2) + ":1"
+		if send(peer, from, "shop.example", "k"+strconv.Itoa(2+i%2)) == 200 {
+			n++
+		}
+	}
+	if n != 900 {
+		t.Fatalf("domain-hour: %d more admitted, want 900", n)
+	}
+	// example.com has an override of 5000 an hour.
+	if w := f.send("/api/v1/send", "192.0.2.1:1", "application/json", `{"from":"a@example.com","domain":"example.com"}`, "Authorization", "Bearer k9"); w.Header().Get("RateLimit-Policy") == "" ||
+		!strings.Contains(w.Header().Get("RateLimit-Policy"), `"domain-hour";q=5000;w=3600`) {
+		t.Fatalf("override: %d %v", w.Code, w.Header())
+	}
+	// A message without a sender field is not counted by the sender levels.
+	if w := f.send("/api/v1/send", "192.0.2.2:1", "application/json", `{"domain":"other.example"}`, "Authorization", "Bearer k8"); w.Code != 200 ||
+		strings.Contains(w.Header().Get("RateLimit-Policy"), "sender-hour") {
+		t.Fatalf("no sender: %d %v", w.Code, w.Header())
+	}
+}
+
+func TestCookbookMailProfiles(t *testing.T) {
+	for _, tc := range []struct {
+		file    string
+		sender  int // messages one sender may send in an hour
+		limited bool
+	}{
+		{"mail-transactional.toml", 1000, true},
+		{"mail-marketing.toml", 5000, true},
+		{"mail-shared-hosting.toml", 20, true},
+		{"mail-disabled.toml", 0, false},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			f := newFixture(t, cookbook(t, tc.file))
+			n := 0
+			for range 30 {
+				w := f.send("/api/v1/send", "203.0.113.7:1", "application/json", `{"from":"a@x.example","domain":"x.example"}`)
+				if w.Code == 200 {
+					n++
+				}
+				if !tc.limited && w.Header().Get("RateLimit-Policy") != "" {
+					t.Fatalf("disabled profile sent rate-limit headers: %v", w.Header())
+				}
+			}
+			want := min(30, tc.sender)
+			if !tc.limited {
+				want = 30
+			}
+			if n != want {
+				t.Fatalf("%d of 30 admitted, want %d", n, want)
+			}
+		})
+	}
+}
+
+func TestCookbookShadowDaily(t *testing.T) {
+	f := newFixture(t, cookbook(t, "shadow-daily.toml"))
+	// 20 a minute is enforced; the daily 500 only counts.
+	for minute := range 30 {
+		f.clock.Set(float64(minute * 60))
+		for i := range 20 {
+			w := f.send("/api/chat", "203.0.113.7:1", "", `{"message":"hi"}`, "Authorization", "Bearer k1")
+			if w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"chat_rpm";q=20;w=60` {
+				t.Fatalf("minute %d request %d: %d %v", minute, i, w.Code, w.Header())
+			}
+		}
+	}
+	if got := metric(t, f, "ratelimit_proxy_shadow_denials_total", map[string]string{"rule": "daily-per-key"}); got != 100 {
+		t.Fatalf("shadow denials %v, want 600-500", got)
+	}
+}

@@ -1,0 +1,164 @@
+package proxy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
+	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
+)
+
+// maxPartValue is the longest key part value kept as it is. A longer one
+// (a header or body field an attacker controls) is replaced by its hash,
+// so that counters' keys, in memory and on Redis, stay small whatever the
+// request carries.
+const maxPartValue = 256
+
+// keyInput is what a request's key parts are read from (SPEC §7.2).
+type keyInput struct {
+	r      *http.Request
+	p      *Proxy
+	c      *caller
+	path   string // the canonical path (so that disguised spellings share a key)
+	plan   string // the caller's plan (tier_from), "" when none
+	query  url.Values
+	parsed bool // query parsed
+	body   bool // the body has been read: model and values are known
+	model  string
+	fields *tokens.Fields // what was asked of the body; values answer it
+	values tokens.Values
+}
+
+// value is a key part's value and whether the request has it. An empty
+// value counts as missing (an empty header names nobody).
+func (in *keyInput) value(kp *keyPart) (string, bool) {
+	var v string
+	switch kp.kind {
+	case partGlobal:
+		return "global", true
+	case partCaller:
+		return in.c.value, true
+	case partAPIKey:
+		if !in.c.hasCred {
+			return "", false
+		}
+		v = strings.TrimPrefix(in.c.value, "key:")
+	case partIP:
+		v = in.p.ips.ipValue(in.r)
+	case partMethod:
+		v = strings.ToUpper(in.r.Method)
+	case partPath:
+		v = in.path
+	case partModel:
+		v = in.model
+	case partTier:
+		v = in.plan
+	case partHeader:
+		if vs := in.r.Header[kp.name]; len(vs) > 0 {
+			v = strings.TrimSpace(vs[0])
+		}
+	case partQuery:
+		if !in.parsed {
+			in.query, in.parsed = in.r.URL.Query(), true
+		}
+		if vs := in.query[kp.name]; len(vs) > 0 {
+			v = vs[0]
+		}
+	case partJSON:
+		if in.fields != nil {
+			v = found(in.fields.JSON, in.values.JSON, kp.name)
+		}
+	case partXML:
+		if in.fields != nil {
+			v = found(in.fields.XML, in.values.XML, kp.name)
+		}
+	case partForm:
+		if in.fields != nil {
+			v = found(in.fields.Form, in.values.Form, kp.name)
+		}
+	}
+	if v == "" {
+		return "", false
+	}
+	return boundedValue(v), true
+}
+
+// found is the value read for name: names and vals are index for index.
+func found(names []string, vals []tokens.Value, name string) string {
+	for i, n := range names {
+		if n == name && i < len(vals) && vals[i].Found {
+			return vals[i].S
+		}
+	}
+	return ""
+}
+
+// boundedValue replaces a value longer than maxPartValue by
+// "sha256:" and the first 32 hex digits of its SHA-256.
+func boundedValue(v string) string {
+	if len(v) <= maxPartValue {
+		return v
+	}
+	sum := sha256.Sum256([]byte(v))
+	return "sha256:" + hex.EncodeToString(sum[:16])
+}
+
+// key builds the rule's key for the request; when a part is missing it
+// returns that part's label and false.
+func (in *keyInput) key(ru *rule) (limits.Key, string, bool) {
+	if len(ru.key) == 1 {
+		v, ok := in.value(&ru.key[0])
+		if !ok {
+			return limits.Key{}, ru.key[0].label, false
+		}
+		return limits.KeyOf(ru.key[0].label, v), "", true
+	}
+	var buf [6]limits.Part
+	parts := buf[:0]
+	for i := range ru.key {
+		kp := &ru.key[i]
+		v, ok := in.value(kp)
+		if !ok {
+			return limits.Key{}, kp.label, false
+		}
+		parts = append(parts, limits.Part{Name: kp.label, Value: v})
+	}
+	return limits.NewKey(parts...), "", true
+}
+
+// conditionsHold reports whether every `when` condition of the rule holds;
+// a condition on a missing part does not.
+func (in *keyInput) conditionsHold(ru *rule) bool {
+	for i := range ru.when {
+		w := &ru.when[i]
+		v, ok := in.value(&w.part)
+		if !ok {
+			return false
+		}
+		if w.prefix {
+			if !strings.HasPrefix(v, w.value) {
+				return false
+			}
+		} else if v != w.value {
+			return false
+		}
+	}
+	return true
+}
+
+// ipValue is the ip key part: the client IP under the trust model, IPv6
+// per IPV6_PREFIX.
+func (c *clientIPs) ipValue(r *http.Request) string {
+	ip := c.clientIP(r)
+	if !ip.IsValid() {
+		return "unknown"
+	}
+	if ip.Is6() {
+		p, _ := ip.Prefix(c.ipv6Prefix)
+		return p.String()
+	}
+	return ip.String()
+}

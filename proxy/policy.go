@@ -1,0 +1,400 @@
+package proxy
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/config"
+	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
+	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
+)
+
+// policy is the rate limiter's configuration compiled once: the rules in
+// evaluation order, each with its matchers and key extractors. It is
+// immutable; the proxy reads it through an atomic.Pointer, so a reload is
+// one swap and a request sees one policy from start to end.
+type policy struct {
+	rules []*rule
+	// ownPaths: some rule matches paths of its own (not PROTECTED_PATHS),
+	// so an unprotected request may still be limited.
+	ownPaths bool
+	tierFrom string // canonical header name of the caller's plan, "" none
+}
+
+// action is what a rule does past its limit (SPEC §7.1).
+type action uint8
+
+const (
+	actReject action = iota
+	actDelay
+	actShadow
+)
+
+// rule is one compiled rule.
+type rule struct {
+	lim      *limits.Rule
+	headers  *ruleHeaders
+	index    int     // evaluation order (file order, chat_rpm first)
+	paths    *routes // nil: the protected routes (PROTECTED_PATHS)
+	methods  []string
+	anyMeth  bool
+	when     []condition
+	key      []keyPart
+	reject   bool // on_missing_key = "reject"
+	action   action
+	maxDelay time.Duration
+	burstSet bool // burst given: it stays when a tier or override changes the limit
+	tiers    map[string]tierLimit
+	override map[string]tierLimit
+	// needsBody: a key part or condition is read from the body, so the
+	// rule is decided after the body has been read.
+	needsBody bool
+	// fields are the rule's body key parts, for the body reader.
+	fields  tokens.Fields
+	metrics *ruleMetrics
+}
+
+// tierLimit is a limit that replaces a rule's for one plan or key.
+type tierLimit struct {
+	limit     int64
+	unlimited bool
+}
+
+type condition struct {
+	part   keyPart
+	value  string
+	prefix bool // value ends in *: a prefix
+}
+
+// partKind is where a key part's value comes from (SPEC §7.2).
+type partKind uint8
+
+const (
+	partGlobal partKind = iota
+	partCaller
+	partAPIKey
+	partIP
+	partMethod
+	partPath
+	partModel
+	partTier
+	partHeader
+	partQuery
+	partJSON
+	partXML
+	partForm
+)
+
+// keyPart is one compiled key part.
+type keyPart struct {
+	label string // as written in the rule: the name in the key's public form
+	kind  partKind
+	name  string // header (canonical), query, form, XML name or JSON path
+}
+
+func (k *keyPart) body() bool {
+	return k.kind == partModel || k.kind == partJSON || k.kind == partXML || k.kind == partForm
+}
+
+// compilePolicy builds the policy of a validated configuration.
+func compilePolicy(c *config.Config, rm *ruleMetricSet) (*policy, error) {
+	pol := &policy{}
+	if tf, ok := strings.CutPrefix(c.TierFrom, "header:"); ok {
+		pol.tierFrom = http.CanonicalHeaderKey(tf)
+	}
+	var rules []config.Rule
+	if c.ChatRPMRule() {
+		rules = append(rules, config.Rule{Name: config.BuiltinRule, Methods: []string{http.MethodPost},
+			Key: []string{"caller"}, OnMissingKey: config.MissingSkip, Algorithm: config.AlgSlidingWindow,
+			Limit: c.ChatRPM, Window: time.Minute, Cost: config.CostRequests, Action: config.ActionReject})
+	}
+	rules = append(rules, c.Rules...)
+	for i := range rules {
+		ru, err := pol.compileRule(&rules[i], i, rm)
+		if err != nil {
+			return nil, fmt.Errorf("rule %q: %w", rules[i].Name, err)
+		}
+		pol.rules = append(pol.rules, ru)
+	}
+	return pol, nil
+}
+
+func (pol *policy) compileRule(cr *config.Rule, index int, rm *ruleMetricSet) (*rule, error) {
+	alg := limits.SlidingWindow
+	if cr.Algorithm == config.AlgTokenBucket {
+		alg = limits.TokenBucket
+	}
+	burst := cr.Limit
+	if cr.BurstSet {
+		burst = cr.Burst
+	}
+	lim := &limits.Rule{Name: cr.Name, Algorithm: alg, Limit: cr.Limit, Window: cr.Window, Burst: burst,
+		Shadow: cr.Action == config.ActionShadow}
+	if err := lim.Validate(); err != nil {
+		return nil, err
+	}
+	ru := &rule{lim: lim, headers: newRuleHeaders(lim), index: index, reject: cr.OnMissingKey == config.MissingReject,
+		maxDelay: cr.MaxDelay, burstSet: cr.BurstSet, metrics: rm.rule(cr.Name)}
+	switch cr.Action {
+	case config.ActionDelay:
+		ru.action = actDelay
+	case config.ActionShadow:
+		ru.action = actShadow
+	}
+	if cr.Paths != nil {
+		ru.paths = newRoutes(cr.Paths, nil)
+		pol.ownPaths = true
+	}
+	for _, m := range cr.Methods {
+		if m == "*" {
+			ru.anyMeth = true
+		}
+		ru.methods = append(ru.methods, strings.ToUpper(m))
+	}
+	for _, part := range cr.Key {
+		kp, err := ru.compilePart(part)
+		if err != nil {
+			return nil, err
+		}
+		ru.key = append(ru.key, kp)
+		ru.needsBody = ru.needsBody || kp.body()
+	}
+	for _, w := range cr.When {
+		kp, err := ru.compilePart(w.Part)
+		if err != nil {
+			return nil, err
+		}
+		cond := condition{part: kp, value: w.Pattern}
+		if v, ok := strings.CutSuffix(w.Pattern, "*"); ok {
+			cond.value, cond.prefix = v, true
+		}
+		ru.when = append(ru.when, cond)
+		ru.needsBody = ru.needsBody || kp.body()
+	}
+	if len(cr.Tiers) > 0 {
+		ru.tiers = map[string]tierLimit{}
+		for _, t := range cr.Tiers {
+			ru.tiers[t.Plan] = tierLimit{limit: t.Limit, unlimited: t.Unlimited}
+		}
+	}
+	if len(cr.Overrides) > 0 {
+		ru.override = map[string]tierLimit{}
+		for _, o := range cr.Overrides {
+			ru.override[o.Key] = tierLimit{limit: o.Limit, unlimited: o.Unlimited}
+		}
+	}
+	return ru, nil
+}
+
+// compilePart compiles a validated key part, registering body parts in
+// the rule's field lists (once each).
+func (ru *rule) compilePart(part string) (keyPart, error) {
+	kp := keyPart{label: part}
+	simple := map[string]partKind{"global": partGlobal, "caller": partCaller, "api_key": partAPIKey, "ip": partIP,
+		"method": partMethod, "path": partPath, "model": partModel, "tier": partTier}
+	if k, ok := simple[part]; ok {
+		kp.kind = k
+		return kp, nil
+	}
+	kind, name, _ := strings.Cut(part, ":")
+	kp.name = name
+	field := func(list *[]string) {
+		if !slices.Contains(*list, name) {
+			*list = append(*list, name)
+		}
+	}
+	switch kind {
+	case "header":
+		kp.kind, kp.name = partHeader, http.CanonicalHeaderKey(name)
+	case "query":
+		kp.kind = partQuery
+	case "json":
+		kp.kind = partJSON
+		field(&ru.fields.JSON)
+	case "xml":
+		kp.kind = partXML
+		field(&ru.fields.XML)
+	case "form":
+		kp.kind = partForm
+		field(&ru.fields.Form)
+	default:
+		return kp, fmt.Errorf("key part %q: %w", part, config.CheckKeyPart(part))
+	}
+	return kp, nil
+}
+
+// matches reports whether the rule applies to r by method and path.
+// route is r's protected route (nil when it has none); ruleRoute matches
+// r's path against every PROTECTED_PATHS entry whatever the method.
+func (ru *rule) matches(r *http.Request, protected bool, onProtectedPath func() bool) bool {
+	if ru.paths == nil {
+		if len(ru.methods) == 1 && ru.methods[0] == http.MethodPost {
+			return protected // the common case: decided by the route already
+		}
+		if !ru.methodMatches(r) {
+			return false
+		}
+		return protected || onProtectedPath()
+	}
+	if !ru.methodMatches(r) {
+		return false
+	}
+	rt, _ := ru.paths.match(r)
+	return rt != nil
+}
+
+func (ru *rule) methodMatches(r *http.Request) bool {
+	if ru.anyMeth {
+		return true
+	}
+	for _, m := range ru.methods {
+		if methodLike(r, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// ruleMetricSet is the per-rule families (SPEC §6, §7.3): decisions by
+// rule and result, shadow denials, usage ratio, delayed requests.
+type ruleMetricSet struct {
+	decisions *prometheus.CounterVec
+	shadow    *prometheus.CounterVec
+	usage     *prometheus.GaugeVec
+	delayed   *prometheus.CounterVec
+	held      prometheus.Gauge
+}
+
+// ruleMetrics are one rule's children, resolved once.
+type ruleMetrics struct {
+	allowed, refused, missing prometheus.Counter
+	shadowDenied              prometheus.Counter
+	usage                     prometheus.Gauge
+	delayedAdmitted           prometheus.Counter
+	delayedRefused            prometheus.Counter
+	delayedGone               prometheus.Counter
+}
+
+func newRuleMetricSet(reg prometheus.Registerer) (*ruleMetricSet, error) {
+	m := &ruleMetricSet{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_proxy_rule_decisions_total",
+			Help: "Decisions per rule: allowed (the rule admitted the request), rate_limited (it refused), missing_key (a key part was missing and on_missing_key = \"reject\"). Shadow rules count what they would have decided.",
+		}, []string{"rule", "result"}),
+		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_proxy_shadow_denials_total",
+			Help: "Requests a shadow rule would have refused (they were not refused for it).",
+		}, []string{"rule"}),
+		usage: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ratelimit_proxy_rule_usage_ratio",
+			Help: "Used share of the limit (0 to 1) of the key a rule decided last, right after that decision.",
+		}, []string{"rule"}),
+		delayed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_proxy_delayed_requests_total",
+			Help: "Requests held by delay rules, by the first refusing rule and outcome: admitted after the hold, rate_limited (refused after it), client_closed (left while held, not counted).",
+		}, []string{"rule", "outcome"}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ratelimit_proxy_delayed_requests",
+			Help: "Requests held by delay rules now (at most MAX_DELAYED).",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.decisions, m.shadow, m.usage, m.delayed, m.held} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *ruleMetricSet) rule(name string) *ruleMetrics {
+	return &ruleMetrics{
+		allowed:         m.decisions.WithLabelValues(name, "allowed"),
+		refused:         m.decisions.WithLabelValues(name, "rate_limited"),
+		missing:         m.decisions.WithLabelValues(name, "missing_key"),
+		shadowDenied:    m.shadow.WithLabelValues(name),
+		usage:           m.usage.WithLabelValues(name),
+		delayedAdmitted: m.delayed.WithLabelValues(name, "admitted"),
+		delayedRefused:  m.delayed.WithLabelValues(name, "rate_limited"),
+		delayedGone:     m.delayed.WithLabelValues(name, "client_closed"),
+	}
+}
+
+// policyItem renders a rule's RateLimit-Policy item for an effective
+// limit: "name";q=L;w=W, with ;burst=B for a token bucket.
+func policyItem(ru *limits.Rule, quoted string, limit, burst int64) string {
+	s := quoted + ";q=" + strconv.FormatInt(limit, 10) + ";w=" + strconv.FormatInt(int64(ru.Window/time.Second), 10)
+	if ru.Algorithm == limits.TokenBucket {
+		s += ";burst=" + strconv.FormatInt(burst, 10)
+	}
+	return s
+}
+
+// applying appends the rules whose methods and paths match r, in
+// evaluation order. protected says r is a POST to a PROTECTED_PATHS entry;
+// protectedPaths matches r's path against those entries whatever its
+// method (for rules on other methods of those paths).
+func (pol *policy) applying(r *http.Request, protected bool, protectedPaths *routes, out []*rule) []*rule {
+	checked, onPath := false, false
+	onProtectedPath := func() bool {
+		if !checked {
+			rt, _ := protectedPaths.match(r)
+			checked, onPath = true, rt != nil
+		}
+		return onPath
+	}
+	for _, ru := range pol.rules {
+		if ru.matches(r, protected, onProtectedPath) {
+			out = append(out, ru)
+		}
+	}
+	return out
+}
+
+// bodyFields are the body key parts the applying rules read: the one body
+// rule's own list (the common case, no allocation), or the union of
+// several. Rules that do not apply never make their fields read, so a body
+// they would not parse cannot be refused for them.
+func bodyFields(cands []*rule) *tokens.Fields {
+	var one *rule
+	var union *tokens.Fields
+	for _, ru := range cands {
+		if !ru.needsBody || len(ru.fields.JSON)+len(ru.fields.XML)+len(ru.fields.Form) == 0 {
+			continue
+		}
+		if one == nil {
+			one = ru
+			continue
+		}
+		if union == nil {
+			union = &tokens.Fields{}
+			merge(union, &one.fields)
+		}
+		merge(union, &ru.fields)
+	}
+	switch {
+	case union != nil:
+		return union
+	case one != nil:
+		return &one.fields
+	}
+	return nil
+}
+
+func merge(dst, src *tokens.Fields) {
+	add := func(d *[]string, s []string) {
+		for _, n := range s {
+			if !slices.Contains(*d, n) {
+				*d = append(*d, n)
+			}
+		}
+	}
+	add(&dst.JSON, src.JSON)
+	add(&dst.XML, src.XML)
+	add(&dst.Form, src.Form)
+}
