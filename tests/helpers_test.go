@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -286,6 +287,10 @@ func (p *proc) do(t *testing.T, method, url string, body []byte, hdr ...string) 
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if http.CanonicalHeaderKey(hdr[i]) == "Content-Type" {
+			req.Header.Set(hdr[i], hdr[i+1]) // replaces the JSON default
+			continue
+		}
 		req.Header.Add(hdr[i], hdr[i+1])
 	}
 	resp, err := p.client.Do(req)
@@ -452,8 +457,13 @@ func field(m map[string]any, keys ...string) any {
 
 // num returns a JSON number as float64, or -1 if it is not one.
 func num(v any) float64 {
-	if f, ok := v.(float64); ok {
-		return f
+	switch x := v.(type) {
+	case float64:
+		return x
+	case string:
+		if f, err := strconv.ParseFloat(strings.TrimSpace(x), 64); err == nil {
+			return f
+		}
 	}
 	return -1
 }
