@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
+
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -403,22 +403,6 @@ func (j *jsonReader) flushTee() error {
 	return err
 }
 
-// teeValue consumes one value, handing its raw JSON text to sink in pieces
-// as it goes: memory stays bounded whatever the value's size.
-func (j *jsonReader) teeValue(sink func([]byte) error) error {
-	if _, err := j.peek(); err != nil {
-		return err
-	}
-	j.capture, j.capturing, j.captureMax, j.overflow, j.tee = j.capture[:0], true, math.MaxInt, false, sink
-	err := j.skip()
-	j.capturing, j.tee = false, nil
-	if err == nil && len(j.capture) > 0 {
-		err = sink(j.capture)
-	}
-	j.capture = j.capture[:0]
-	return err
-}
-
 func (j *jsonReader) hex4() (rune, error) {
 	var r rune
 	for i := 0; i < 4; i++ {
@@ -582,20 +566,4 @@ func (j *jsonReader) number() error {
 		}
 	}
 	return nil
-}
-
-// captureValue consumes one value and returns its raw JSON text; past max
-// bytes it returns the first max bytes and errCaptureFull (the value is
-// consumed either way).
-func (j *jsonReader) captureValue(max int) ([]byte, error) {
-	if _, err := j.peek(); err != nil {
-		return nil, err
-	}
-	j.capture, j.capturing, j.captureMax, j.overflow = j.capture[:0], true, max, false
-	err := j.skip()
-	j.capturing = false
-	if err == nil && j.overflow {
-		err = errCaptureFull
-	}
-	return j.capture, err
 }
