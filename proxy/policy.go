@@ -21,8 +21,9 @@ import (
 // one swap and a request sees one policy from start to end.
 type policy struct {
 	rules []*rule
-	// ownPaths: some rule matches paths of its own (not PROTECTED_PATHS),
-	// so an unprotected request may still be limited.
+	// ownPaths: some rule matches paths of its own (not PROTECTED_PATHS)
+	// or methods besides POST, so an unprotected request may still be
+	// limited.
 	ownPaths bool
 	tierFrom string // canonical header name of the caller's plan, "" none
 }
@@ -154,6 +155,9 @@ func (pol *policy) compileRule(cr *config.Rule, index int, rm *ruleMetricSet) (*
 	for _, m := range cr.Methods {
 		if m == "*" {
 			ru.anyMeth = true
+		}
+		if m != http.MethodPost {
+			pol.ownPaths = true
 		}
 		ru.methods = append(ru.methods, strings.ToUpper(m))
 	}
