@@ -57,17 +57,26 @@ type refusal struct {
 	remaining int64
 	until     time.Time // when the wait ends
 	reset     time.Time // when the key is back to fresh (window empty, bucket full)
+	// refused is false for a snapshot: a hit its batch's refusal did not
+	// concern (it admitted), kept as long as the refusal, so that a 429
+	// answered from memory shows that rule as the store last did.
+	refused bool
+	next    time.Time // a snapshot's NextAfter, as a time
+}
+
+// sameCounting reports whether m was made under h's counting and limits.
+func (m *refusal) sameCounting(h *Hit) bool {
+	limit, burst := h.Limits()
+	if h.Rule.Algorithm != TokenBucket {
+		burst = 0
+	}
+	return m.limit == limit && m.burst == burst && m.window == h.Rule.Window && m.algorithm == h.Rule.Algorithm
 }
 
 // matches reports whether the refusal answers h: the same counting and
 // limits, and a cost at least the one refused.
 func (m *refusal) matches(h *Hit) bool {
-	limit, burst := h.Limits()
-	if h.Rule.Algorithm != TokenBucket {
-		burst = 0
-	}
-	return h.Cost >= m.cost && m.limit == limit && m.burst == burst &&
-		m.window == h.Rule.Window && m.algorithm == h.Rule.Algorithm
+	return m.refused && h.Cost >= m.cost && m.sameCounting(h)
 }
 
 // RememberStats is the memory's bookkeeping, for metrics.
@@ -140,21 +149,41 @@ func (r *Remember) evaluate(ctx context.Context, hits []Hit, now time.Time, out 
 	if err != nil || ok {
 		return ok, err
 	}
+	// Remember every refusing enforcing hit, and a snapshot of the others
+	// for as long as the longest refusal lasts.
+	var longest time.Duration
+	for i := range hits {
+		if d := &out[i]; !d.Allowed && !hits[i].Rule.Shadow {
+			longest = max(longest, d.RetryAfter)
+		}
+	}
+	if longest <= 0 {
+		return false, nil
+	}
 	for i := range hits {
 		d := &out[i]
 		h := &hits[i]
-		if d.Allowed || d.RetryAfter <= 0 || h.Rule.Shadow {
+		if h.Rule.Shadow || !d.Allowed && d.RetryAfter <= 0 {
 			continue
 		}
 		limit, burst := h.Limits()
 		if h.Rule.Algorithm != TokenBucket {
 			burst = 0
 		}
+		m := refusal{cost: h.Cost, limit: limit, burst: burst, window: h.Rule.Window, algorithm: h.Rule.Algorithm,
+			remaining: d.Remaining, reset: now.Add(d.ResetAfter), refused: !d.Allowed}
+		if m.refused {
+			m.until = now.Add(d.RetryAfter)
+		} else {
+			m.until, m.next = now.Add(longest), now.Add(d.NextAfter)
+		}
 		k := memoryKey{h.Rule.Name, h.Key.s}
 		s := r.shard(k)
 		s.mu.Lock()
-		evicted := s.lru.Add(k, refusal{cost: h.Cost, limit: limit, burst: burst, window: h.Rule.Window,
-			algorithm: h.Rule.Algorithm, remaining: d.Remaining, until: now.Add(d.RetryAfter), reset: now.Add(d.ResetAfter)})
+		evicted := false
+		if old, ok := s.lru.Peek(k); m.refused || !ok || !old.refused || !now.Before(old.until) {
+			evicted = s.lru.Add(k, m) // a snapshot never replaces a live refusal
+		}
 		s.mu.Unlock()
 		if evicted {
 			r.evicts.Add(1)
@@ -164,42 +193,61 @@ func (r *Remember) evaluate(ctx context.Context, hits []Hit, now time.Time, out 
 }
 
 // recall answers the batch from memory when an enforcing hit's refusal is
-// remembered and its wait has not ended, and reports whether it did.
+// remembered and its wait has not ended, and reports whether it did: every
+// remembered refusal of the batch refuses again with its times counted
+// down (so the 429 names the same rules and the longest wait), the other
+// hits show their snapshot from that refusal, or, not remembered, their
+// full limit (they were not asked).
 func (r *Remember) recall(hits []Hit, now time.Time, out []Decision) bool {
+	var buf [8]refusal
+	var seen [8]bool
+	mem := buf[:0]
+	found := seen[:0]
+	refused := false
 	for i := range hits {
 		h := &hits[i]
-		if h.Rule.Shadow {
-			continue
+		var m refusal
+		ok := false
+		if !h.Rule.Shadow {
+			k := memoryKey{h.Rule.Name, h.Key.s}
+			s := r.shard(k)
+			s.mu.Lock()
+			m, ok = s.lru.Get(k)
+			if ok && !now.Before(m.until) {
+				s.lru.Remove(k) // the wait is over: forget it
+				ok = false
+			}
+			s.mu.Unlock()
 		}
-		k := memoryKey{h.Rule.Name, h.Key.s}
-		s := r.shard(k)
-		s.mu.Lock()
-		m, ok := s.lru.Get(k)
-		if ok && !now.Before(m.until) {
-			s.lru.Remove(k) // the wait is over: forget it
-			ok = false
-		}
-		s.mu.Unlock()
-		if !ok || !m.matches(h) {
-			continue
-		}
-		r.hits.Add(1)
-		for j := range hits {
-			// The other hits were not asked: they show their full limit
-			// (a full bucket), never the fewest remaining.
-			limit, burst := hits[j].Limits()
+		ok = ok && (m.matches(h) || !m.refused && m.sameCounting(h))
+		refused = refused || ok && m.refused
+		mem = append(mem, m)
+		found = append(found, ok)
+	}
+	if !refused {
+		return false
+	}
+	r.hits.Add(1)
+	for j := range hits {
+		limit, burst := hits[j].Limits()
+		m := &mem[j]
+		switch {
+		case found[j] && m.refused:
+			wait := m.until.Sub(now)
+			out[j] = Decision{Limit: m.limit, Remaining: m.remaining, RetryAfter: wait,
+				ResetAfter: max(m.reset.Sub(now), wait), NextAfter: wait}
+		case found[j]:
+			out[j] = Decision{Allowed: true, Limit: m.limit, Remaining: m.remaining,
+				ResetAfter: max(m.reset.Sub(now), 0), NextAfter: max(m.next.Sub(now), 0)}
+		default:
 			full := limit
 			if hits[j].Rule.Algorithm == TokenBucket && limit > 0 {
 				full = burst
 			}
 			out[j] = Decision{Allowed: true, Limit: limit, Remaining: full}
 		}
-		wait := m.until.Sub(now)
-		out[i] = Decision{Limit: m.limit, Remaining: m.remaining, RetryAfter: wait,
-			ResetAfter: max(m.reset.Sub(now), wait), NextAfter: wait}
-		return true
 	}
-	return false
+	return true
 }
 
 // Forget drops the memory of key under rule, or of every key of the rule

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
+	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 	"github.com/ratelimit-proxy/ratelimit-proxy/proxy"
 )
 
@@ -548,5 +549,42 @@ limit   = 1
 	// A POST naming GET in an override is counted by the GET rule too.
 	if w := f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", `{"messages":[]}`, "X-HTTP-Method-Override", "GET"); w.Code != 429 {
 		t.Fatalf("override: %d", w.Code)
+	}
+}
+
+// A refusal answered from memory (SPEC §4.2) is the original 429: every
+// refusing rule, the longest wait, the other rules as the store left them,
+// times counted down.
+func TestRememberedRefusalKeepsEveryRule(t *testing.T) {
+	f := newFixture(t, rules(t, `
+[[rule]]
+name   = "short"
+limit  = 1
+window = "10s"
+[[rule]]
+name   = "long"
+limit  = 1
+window = "1h"
+[[rule]]
+name      = "tb"
+algorithm = "token_bucket"
+limit     = 10
+burst     = 3
+`), func(_ *config.Config, o *proxy.Options) { o.Store = limits.NewRemember(o.Store, 100) })
+	f.send("/api/chat", "203.0.113.7:1", "", `{}`)
+	f.clock.Set(1)
+	first := f.send("/api/chat", "203.0.113.7:1", "", `{}`)
+	f.clock.Set(2)
+	again := f.send("/api/chat", "203.0.113.7:1", "", `{}`)
+	for _, w := range []*httptest.ResponseRecorder{first, again} {
+		if b := body429(t, w); w.Code != 429 || b.DeniedBy != "short" || strings.Join(b.Violated, ",") != "short,long" {
+			t.Fatalf("%d %s", w.Code, w.Body)
+		}
+	}
+	if first.Header().Get("Retry-After") != "3599" || again.Header().Get("Retry-After") != "3598" {
+		t.Fatalf("Retry-After %q then %q", first.Header().Get("Retry-After"), again.Header().Get("Retry-After"))
+	}
+	if got := again.Header().Get("RateLimit"); got != `"short";r=0;t=8, "long";r=0;t=3598, "tb";r=2;t=4` {
+		t.Fatalf("remembered RateLimit %q (first %q)", got, first.Header().Get("RateLimit"))
 	}
 }
