@@ -162,8 +162,18 @@ func plainJSON(s string) bool {
 // already set on w (rate-limit headers, Retry-After) are kept.
 func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, e *apiError) {
 	path := r.URL.Path
-	if x, ok := w.(*exchange); ok && x.apiPath != "" {
+	x, _ := w.(*exchange)
+	if x != nil && x.apiPath != "" {
 		path = x.apiPath
+	}
+	if x != nil && x.body == nil && x.forwardedAt.IsZero() && r.ContentLength != 0 {
+		// Refused before its body was read (401, 415, 429, 400
+		// missing_key): Go's server would read up to 256 KiB of it before
+		// answering, to keep the connection, so a client trickling its
+		// body would wait for the answer as long as it likes. Full duplex
+		// sends the answer at once; the rest of the body is then read
+		// (bounded as before) only to reuse the connection.
+		_ = http.NewResponseController(x.ResponseWriter).EnableFullDuplex()
 	}
 	body := e.body(envelopeFor(path, p.flatErrors))
 	h := w.Header()

@@ -1,9 +1,11 @@
 package proxy_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -586,5 +588,27 @@ burst     = 3
 	}
 	if got := again.Header().Get("RateLimit"); got != `"short";r=0;t=8, "long";r=0;t=3598, "tb";r=2;t=4` {
 		t.Fatalf("remembered RateLimit %q (first %q)", got, first.Header().Get("RateLimit"))
+	}
+}
+
+// A caller refused before its body is read gets the 429 at once, even when
+// it has sent only part of the body it announced.
+func TestEarlyRefusalDoesNotWaitForTheBody(t *testing.T) {
+	f := newFixture(t, rpm(0))
+	srv := httptest.NewServer(f.handler)
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "POST /api/chat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"message\":\"")
+	conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer while the body is unsent: %v", err)
+	}
+	if resp.StatusCode != 429 {
+		t.Fatalf("%d %v", resp.StatusCode, resp.Header)
 	}
 }
