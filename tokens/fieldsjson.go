@@ -232,7 +232,7 @@ func (w *fieldWalker) leaf(node *pathNode, k byte) error {
 		if err != nil {
 			return err
 		}
-		s = string(b)
+		s = canonicalNumber(string(b))
 	case 't', 'f':
 		s = "true"
 		if k == 'f' {
@@ -255,4 +255,57 @@ func (w *fieldWalker) found(node *pathNode, s string) error {
 		w.vals[i] = Value{S: s, Found: true}
 	}
 	return nil
+}
+
+// canonicalNumber writes a valid JSON number literal in one spelling per
+// value, exactly (no float rounding): 7, 7.0, 7e0, 70e-1 and 0.7E1 are all
+// "7"; -0 is "0"; 0.5 is "0.5"; 1e300 is "1e300". Without it, every
+// spelling of a number in a json: key part would be a fresh budget.
+func canonicalNumber(s string) string {
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	mant, expText, _ := strings.Cut(strings.ToLower(s), "e")
+	intPart, frac, _ := strings.Cut(mant, ".")
+	exp, err := strconv.ParseInt(expText, 10, 64)
+	if expText == "" {
+		exp, err = 0, nil
+	}
+	if err != nil || exp > 1<<40 || exp < -(1<<40) {
+		if neg { // an absurd exponent: keep the literal (its value is 0 or out of any range)
+			return "-" + s
+		}
+		return s
+	}
+	// value = digits × 10^e
+	digits := strings.TrimLeft(intPart+frac, "0")
+	e := exp - int64(len(frac))
+	for len(digits) > 0 && digits[len(digits)-1] == '0' {
+		digits = digits[:len(digits)-1]
+		e++
+	}
+	if digits == "" {
+		return "0"
+	}
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	switch pos := int64(len(digits)) + e; {
+	case e >= 0 && e <= 20:
+		b.WriteString(digits)
+		b.WriteString(strings.Repeat("0", int(e)))
+	case e < 0 && pos > 0:
+		b.WriteString(digits[:pos])
+		b.WriteByte('.')
+		b.WriteString(digits[pos:])
+	case e < 0 && pos > -20:
+		b.WriteString("0.")
+		b.WriteString(strings.Repeat("0", int(-pos)))
+		b.WriteString(digits)
+	default:
+		b.WriteString(digits)
+		b.WriteByte('e')
+		b.WriteString(strconv.FormatInt(e, 10))
+	}
+	return b.String()
 }
