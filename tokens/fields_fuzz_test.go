@@ -151,7 +151,7 @@ func at(doc any, segs []string) (string, bool) {
 	case string:
 		return d, true
 	case json.Number:
-		return canonicalNumber(string(d)), true
+		return tokens.CanonicalNumber(string(d)), true
 	case bool:
 		return strconv.FormatBool(d), true
 	}

@@ -1,0 +1,4 @@
+package tokens
+
+// CanonicalNumber is canonicalNumber, for the external tests.
+var CanonicalNumber = canonicalNumber
