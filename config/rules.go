@@ -179,13 +179,13 @@ func decodeRule(i int, t map[string]any) (Rule, []error) {
 		}
 		s, ok := v.(string)
 		if !ok {
-			bad(field, v, `missing unit (write "10s", "1m", "24h")`)
+			bad(field, v, "missing unit")
 			return
 		}
 		d, err := time.ParseDuration(strings.TrimSpace(s))
 		if err != nil {
 			if _, numErr := strconv.ParseFloat(strings.TrimSpace(s), 64); numErr == nil {
-				bad(field, v, `missing unit (write "10s", "1m", "24h")`)
+				bad(field, v, "missing unit")
 			} else {
 				bad(field, v, "not a duration")
 			}
@@ -212,6 +212,7 @@ func decodeRule(i int, t map[string]any) (Rule, []error) {
 		n, err := wholeNumber(v)
 		if err != nil {
 			bad("limit", v, "%v", err)
+			r.Limit = 0 // reported: no second error about it
 		} else {
 			r.Limit = n
 		}
@@ -432,6 +433,9 @@ func (c *Config) validateRules() []error {
 			if err := CheckKeyPart(w.Part); err != nil {
 				bad("when", w.Part, "%v", err)
 			}
+			if w.Part == "tier" && c.TierFrom == "" {
+				bad("when", w.Part, "needs tier_from (where a caller's plan comes from)")
+			}
 		}
 		if r.OnMissingKey != MissingSkip && r.OnMissingKey != MissingReject {
 			bad("on_missing_key", r.OnMissingKey, `must be "skip" or "reject"`)
@@ -467,7 +471,9 @@ func (c *Config) validateRules() []error {
 				bad("max_delay", durationText(r.MaxDelay), `only with action = "delay"`)
 			}
 		case ActionDelay:
-			if r.MaxDelay <= 0 {
+			if r.MaxDelay < 0 {
+				bad("max_delay", durationText(r.MaxDelay), "must be positive")
+			} else if r.MaxDelay == 0 {
 				bad("max_delay", nil, `required with action = "delay" (the longest a request is held, e.g. "5s")`)
 			}
 		default:

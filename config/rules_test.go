@@ -105,6 +105,7 @@ func TestRuleErrorsNameRuleAndField(t *testing.T) {
 		{"[[rule]]\nname = \"x\"\n", `rule "x": limit: required`},
 		{"[[rule]]\nname = \"x\"\nlimit = -1\n", `rule "x": limit -1: must not be negative`},
 		{"[[rule]]\nname = \"x\"\nlimit = 1.5\n", `rule "x": limit 1.5: not an integer`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\naction = \"delay\"\nmax_delay = \"-1s\"\n", `rule "x": max_delay "-1s": must be positive`},
 		{"[[rule]]\nlimit = 1\n", `rule #1: name: required`},
 		{"[[rule]]\nname = \"Bad Name\"\nlimit = 1\n", `rule "Bad Name": name "Bad Name": must be 1 to 64`},
 		{"[[rule]]\nname = \"x\"\nlimit = 1\n[[rule]]\nname = \"x\"\nlimit = 2\n", `rule "x": name "x": used by an earlier rule`},
@@ -129,5 +130,13 @@ func TestRuleErrorsNameRuleAndField(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q:\n got %v\nwant %s", tc.body, err, tc.want)
 		}
+	}
+}
+
+// SPEC §7.1's example line, exactly.
+func TestCheckLineAsTheSpecWritesIt(t *testing.T) {
+	_, err := loadRules(t, "[[rule]]\nname = \"sifen-per-ruc\"\nlimit = 1\nwindow = \"10\"\n", nil)
+	if err == nil || err.Error() != `rule "sifen-per-ruc": window "10": missing unit` {
+		t.Fatalf("got %v", err)
 	}
 }
