@@ -118,9 +118,17 @@ func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time, pol *policy, 
 // "unlimited" one leaves the rule out. It reports false when it answered.
 func (p *Proxy) addHit(x *exchange, r *http.Request, in *keyInput, ru *rule) bool {
 	if !in.conditionsHold(ru) {
+		if in.err != nil {
+			p.invalid(x, r, "The request is ambiguous: "+in.err.Error()+".")
+			return false
+		}
 		return true
 	}
 	key, missing, ok := in.key(ru)
+	if in.err != nil {
+		p.invalid(x, r, "The request is ambiguous: "+in.err.Error()+".")
+		return false
+	}
 	if !ok {
 		if !ru.reject {
 			return true

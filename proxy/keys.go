@@ -3,8 +3,10 @@ package proxy
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
@@ -30,6 +32,69 @@ type keyInput struct {
 	model  string
 	fields *tokens.Fields // what was asked of the body; values answer it
 	values tokens.Values
+	// err is set when a key part could be read two ways (a repeated query
+	// parameter, a header given twice with different values): the request
+	// is refused, since the proxy cannot know which the upstream reads.
+	err error
+}
+
+// secretHeaders carry credentials: as key parts they are hashed like API
+// keys, never kept, shown or logged in clear.
+var secretHeaders = map[string]bool{"Authorization": true, "Proxy-Authorization": true, "X-Api-Key": true,
+	"Api-Key": true, "Cookie": true}
+
+// header is a header key part's value: the header, or its _ spelling
+// (which CGI and WSGI servers read as the same header) when it is absent;
+// Host from the request line. Two different values (two lines, or both
+// spellings) make the part ambiguous.
+func (in *keyInput) header(name string) string {
+	if name == "Host" {
+		return strings.ToLower(in.r.Host)
+	}
+	vs := in.r.Header[name]
+	if alt := http.CanonicalHeaderKey(strings.ReplaceAll(name, "-", "_")); alt != name {
+		vs = append(vs[:len(vs):len(vs)], in.r.Header[alt]...)
+	}
+	if len(vs) == 0 {
+		return ""
+	}
+	v := strings.TrimSpace(vs[0])
+	for _, o := range vs[1:] {
+		if strings.TrimSpace(o) != v && in.err == nil {
+			in.err = errors.New("header " + strconv.Quote(name) + " given twice with different values")
+		}
+	}
+	if v != "" && secretHeaders[name] {
+		return strings.TrimPrefix(hashKey(v), "key:")
+	}
+	return v
+}
+
+// parseQuery reads a raw query as the most lenient common server does:
+// pairs split on & and ;, names and values percent-decoded (+ is a
+// space), a pair that does not decode kept as sent.
+func parseQuery(raw string) map[string][]string {
+	q := map[string][]string{}
+	for raw != "" {
+		var pair string
+		if i := strings.IndexAny(raw, "&;"); i >= 0 {
+			pair, raw = raw[:i], raw[i+1:]
+		} else {
+			pair, raw = raw, ""
+		}
+		if pair == "" {
+			continue
+		}
+		name, value, _ := strings.Cut(pair, "=")
+		if n, err := url.QueryUnescape(name); err == nil {
+			name = n
+		}
+		if v, err := url.QueryUnescape(value); err == nil {
+			value = v
+		}
+		q[name] = append(q[name], value)
+	}
+	return q
 }
 
 // value is a key part's value and whether the request has it. An empty
@@ -57,14 +122,16 @@ func (in *keyInput) value(kp *keyPart) (string, bool) {
 	case partTier:
 		v = in.plan
 	case partHeader:
-		if vs := in.r.Header[kp.name]; len(vs) > 0 {
-			v = strings.TrimSpace(vs[0])
-		}
+		v = in.header(kp.name)
 	case partQuery:
 		if !in.parsed {
-			in.query, in.parsed = in.r.URL.Query(), true
+			in.query, in.parsed = parseQuery(in.r.URL.RawQuery), true
 		}
-		if vs := in.query[kp.name]; len(vs) > 0 {
+		vs := in.query[kp.name]
+		if len(vs) > 1 && in.err == nil {
+			in.err = errors.New("duplicate query parameter " + strconv.Quote(kp.name))
+		}
+		if len(vs) > 0 {
 			v = vs[0]
 		}
 	case partJSON:
