@@ -258,7 +258,8 @@ func (ru *rule) methodMatches(r *http.Request) bool {
 		return true
 	}
 	for _, m := range ru.methods {
-		if methodLike(r, m) {
+		// HEAD is served by GET's handler in most routers.
+		if methodLike(r, m) || m == http.MethodGet && methodLike(r, http.MethodHead) {
 			return true
 		}
 	}

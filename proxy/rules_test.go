@@ -548,6 +548,13 @@ limit   = 1
 	if get() != 200 || get() != 429 {
 		t.Fatal("GET rule")
 	}
+	head := httptest.NewRequest(http.MethodHead, "/v1/chat/completions", nil)
+	head.RemoteAddr = "203.0.113.7:1"
+	w := httptest.NewRecorder()
+	f.handler.ServeHTTP(w, head)
+	if w.Code != 429 {
+		t.Fatalf("HEAD, which routers serve as GET: %d", w.Code)
+	}
 	// A POST naming GET in an override is counted by the GET rule too.
 	if w := f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", `{"messages":[]}`, "X-HTTP-Method-Override", "GET"); w.Code != 429 {
 		t.Fatalf("override: %d", w.Code)
