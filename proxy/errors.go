@@ -3,9 +3,12 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Error codes of SPEC §5.
@@ -167,13 +170,7 @@ func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, e *apiError) 
 		path = x.apiPath
 	}
 	if x != nil && x.body == nil && x.forwardedAt.IsZero() && r.ContentLength != 0 {
-		// Refused before its body was read (401, 415, 429, 400
-		// missing_key): Go's server would read up to 256 KiB of it before
-		// answering, to keep the connection, so a client trickling its
-		// body would wait for the answer as long as it likes. Full duplex
-		// sends the answer at once; the rest of the body is then read
-		// (bounded as before) only to reuse the connection.
-		_ = http.NewResponseController(x.ResponseWriter).EnableFullDuplex()
+		discardUnread(x, r)
 	}
 	body := e.body(envelopeFor(path, p.flatErrors))
 	h := w.Header()
@@ -183,4 +180,27 @@ func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, e *apiError) 
 	h["X-Content-Type-Options"] = []string{"nosniff"}
 	w.WriteHeader(e.status)
 	w.Write(body)
+}
+
+// Answering before the body was read (401, 415, 429, 400 missing_key),
+// Go's server first reads up to 256 KiB of the body, with no deadline, to
+// keep the connection: a client trickling its body would wait for its
+// answer as long as it likes, holding the connection. discardUnread reads
+// what has arrived within a short deadline instead; a body that has not
+// all arrived by then (or is larger) ends the connection after the answer.
+const (
+	unreadWait = 50 * time.Millisecond
+	unreadMax  = 256 << 10
+)
+
+func discardUnread(x *exchange, r *http.Request) {
+	rc := http.NewResponseController(x.ResponseWriter)
+	if rc.SetReadDeadline(time.Now().Add(unreadWait)) != nil {
+		return // no deadline to bound the read with: left to the server
+	}
+	n, err := io.CopyN(io.Discard, r.Body, unreadMax+1)
+	_ = rc.SetReadDeadline(time.Time{})
+	if !errors.Is(err, io.EOF) || n > unreadMax {
+		x.Header()["Connection"] = []string{"close"}
+	}
 }
