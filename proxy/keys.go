@@ -114,7 +114,7 @@ func (in *keyInput) value(kp *keyPart) (string, bool) {
 	case partIP:
 		v = in.p.ips.ipValue(in.r)
 	case partMethod:
-		v = strings.ToUpper(in.r.Method)
+		v = in.method()
 	case partPath:
 		v = in.path
 	case partModel:
@@ -228,4 +228,22 @@ func (c *clientIPs) ipValue(r *http.Request) string {
 		return p.String()
 	}
 	return ip.String()
+}
+
+// method is the method key part: the request's method in upper case. A
+// method-override header naming another method makes it ambiguous (the
+// upstream may honour the header or not), which refuses the request
+// rather than give the caller a second budget.
+func (in *keyInput) method() string {
+	m := strings.ToUpper(in.r.Method)
+	for _, name := range methodOverrideHeaders {
+		for _, v := range in.r.Header[name] {
+			for tok := range strings.SplitSeq(v, ",") {
+				if t := strings.ToUpper(strings.TrimSpace(tok)); t != "" && t != m && in.err == nil {
+					in.err = errors.New("the method is " + m + " but " + name + " names " + t)
+				}
+			}
+		}
+	}
+	return m
 }

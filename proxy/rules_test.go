@@ -674,3 +674,24 @@ limit = 1
 		t.Fatalf("credential in a key: %d %s", w.Code, w.Body)
 	}
 }
+
+// A method key part with an override naming another method is ambiguous.
+func TestMethodKeyWithOverride(t *testing.T) {
+	f := newFixture(t, rules(t, `
+[[rule]]
+name    = "per-method"
+methods = ["*"]
+key     = ["ip", "method"]
+limit   = 1
+`))
+	if w := f.send("/api/chat", "203.0.113.7:1", "", `{}`); w.Code != 200 {
+		t.Fatalf("first: %d", w.Code)
+	}
+	w := f.send("/api/chat", "203.0.113.7:1", "", `{}`, "X-HTTP-Method-Override", "GET")
+	if w.Code != 400 || !strings.Contains(w.Body.String(), "names GET") {
+		t.Fatalf("override: %d %s", w.Code, w.Body)
+	}
+	if w := f.send("/api/chat", "203.0.113.7:1", "", `{}`, "X-HTTP-Method-Override", "post"); w.Code != 429 {
+		t.Fatalf("an override naming the same method: %d %s", w.Code, w.Body)
+	}
+}
