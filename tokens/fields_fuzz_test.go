@@ -54,6 +54,27 @@ func FuzzReadFieldsJSON(f *testing.F) {
 		if d.Decode(&doc) != nil || d.Decode(new(any)) == nil || !json.Valid([]byte(body)) || foldedTwice(body) {
 			return
 		}
+		if batch, ok := doc.([]any); ok && !isIndex(strings.Split(path, ".")[0]) {
+			// A batch: the path applies to each request, which must agree.
+			var want string
+			found, agree := false, true
+			for _, req := range batch {
+				if w, ok := at(req, strings.Split(path, ".")); ok {
+					agree = agree && (!found || w == want)
+					want, found = w, true
+				}
+			}
+			if !agree {
+				if err == nil {
+					t.Fatalf("path %q: the batch's requests differ, yet %+v", path, v.JSON[0])
+				}
+				return
+			}
+			if err != nil || v.JSON[0].Found != found || v.JSON[0].S != want {
+				t.Fatalf("batch, path %q: got %+v %v, want %q %v", path, v.JSON[0], err, want, found)
+			}
+			return
+		}
 		if err != nil {
 			t.Fatalf("refused a body encoding/json reads plainly: %v", err)
 		}
@@ -269,4 +290,16 @@ func FuzzReadFieldsForm(f *testing.F) {
 			}
 		}
 	})
+}
+
+func isIndex(seg string) bool {
+	if seg == "" || len(seg) > 9 || len(seg) > 1 && seg[0] == '0' {
+		return false
+	}
+	for i := 0; i < len(seg); i++ {
+		if seg[i] < '0' || seg[i] > '9' {
+			return false
+		}
+	}
+	return true
 }

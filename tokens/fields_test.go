@@ -366,3 +366,22 @@ func ExampleTokenizer_ReadFields() {
 	fmt.Println(model, v.JSON, err)
 	// Output: gpt-4o [{ana true} { false}] <nil>
 }
+
+// A top-level batch of requests: a path applies to each request; they
+// must agree, or the body is refused (no one key could count the batch).
+func TestJSONFieldsInABatch(t *testing.T) {
+	const batch = `[{"user":"a","prompt":"x"},{"User":"a"},{"prompt":"y"}]`
+	_, v, err := readFields("application/json", batch, &tokens.Fields{JSON: []string{"user"}})
+	if err != nil || got(v.JSON)[0] != "a" {
+		t.Fatalf("agreeing batch: %v %v", got(v.JSON), err)
+	}
+	// A path by index names one request.
+	_, v, err = readFields("application/json", batch, &tokens.Fields{JSON: []string{"1.user"}})
+	if err != nil || got(v.JSON)[0] != "a" {
+		t.Fatalf("by index: %v %v", got(v.JSON), err)
+	}
+	_, v, err = readFields("application/json", `[{"user":"a"},{"user":"b"}]`, &tokens.Fields{JSON: []string{"user"}})
+	if !errors.Is(err, tokens.ErrInvalid) {
+		t.Fatalf("disagreeing batch: %v %v", got(v.JSON), err)
+	}
+}

@@ -122,12 +122,30 @@ func (w *fieldWalker) value(n, level int) error {
 	switch {
 	case k == '{' && (inner || level <= levelBatch):
 		return w.object(node, level)
+	case k == '[' && level == levelTop && !w.indexed(node):
+		// A batch of requests, as countJSON reads it: the paths apply to
+		// each request, which must agree on every value found.
+		return w.j.array(func(int) error { return w.value(n, levelBatch) })
 	case k == '[' && (inner || level == levelTop):
 		return w.array(node, level)
 	case node != nil && len(node.leaves) > 0:
 		return w.leaf(node, k)
 	}
 	return w.j.skip()
+}
+
+// indexed reports whether some path goes into node by an array index
+// (json:0.user names the first request of a batch).
+func (w *fieldWalker) indexed(node *pathNode) bool {
+	if node == nil {
+		return false
+	}
+	for _, ci := range node.children {
+		if w.tree[ci].index >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (w *fieldWalker) array(node *pathNode, level int) error {
@@ -252,6 +270,11 @@ func (w *fieldWalker) found(node *pathNode, s string) error {
 		return w.j.fail("invalid UTF-8 in string")
 	}
 	for _, i := range node.leaves {
+		if w.vals[i].Found && w.vals[i].S != s {
+			// Two requests of a batch with different values: no one key
+			// can count the batch.
+			return &InvalidError{msg: "the requests of a batch differ in a field a rate-limit key reads", final: true}
+		}
 		w.vals[i] = Value{S: s, Found: true}
 	}
 	return nil
