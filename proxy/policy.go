@@ -333,7 +333,7 @@ func (m *ruleMetricSet) rule(name string) *ruleMetrics {
 // policyItem renders a rule's RateLimit-Policy item for an effective
 // limit: "name";q=L;w=W, with ;burst=B for a token bucket.
 func policyItem(ru *limits.Rule, quoted string, limit, burst int64) string {
-	s := quoted + ";q=" + strconv.FormatInt(limit, 10) + ";w=" + strconv.FormatInt(int64(ru.Window/time.Second), 10)
+	s := quoted + ";q=" + strconv.FormatInt(limit, 10) + ";w=" + strconv.FormatInt(ceilSeconds(ru.Window), 10)
 	if ru.Algorithm == limits.TokenBucket {
 		s += ";burst=" + strconv.FormatInt(burst, 10)
 	}
