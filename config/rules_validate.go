@@ -1,0 +1,177 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// validateRules checks the rules and the settings they use; each error
+// names the rule and the field.
+func (c *Config) validateRules() []error {
+	var errs []error
+	seen := map[string]bool{}
+	if c.ChatRPMRule() {
+		seen[BuiltinRule] = true
+	}
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		label := fmt.Sprintf("rule #%d", i+1)
+		if r.Name != "" {
+			label = "rule " + strconv.Quote(r.Name)
+		}
+		bad := func(field string, v any, format string, args ...any) {
+			where := field
+			if v != nil {
+				where += " " + showValue(v)
+			}
+			errs = append(errs, fmt.Errorf("%s: %s: %s", label, where, fmt.Sprintf(format, args...)))
+		}
+		switch {
+		case r.Name == "":
+			bad("name", nil, "required ([a-z0-9_.-], at most 64 characters)")
+		case !ruleName.MatchString(r.Name):
+			bad("name", r.Name, "must be 1 to 64 of a-z, 0-9, _, . and -")
+		case seen[r.Name] && r.Name == BuiltinRule:
+			bad("name", r.Name, "taken by the built-in rule that chat_rpm makes")
+		case seen[r.Name]:
+			bad("name", r.Name, "used by an earlier rule")
+		}
+		seen[r.Name] = true
+		if r.Paths != nil && len(r.Paths) == 0 {
+			bad("paths", nil, "empty: leave it out for protected_paths, or list at least one path")
+		}
+		for _, p := range r.Paths {
+			if err := checkProtectedPath(p); err != nil {
+				bad("paths", p, "%v", err)
+			}
+		}
+		if len(r.Methods) == 0 {
+			bad("methods", nil, `empty: leave it out for ["POST"], or write ["*"] for any`)
+		}
+		for _, m := range r.Methods {
+			if m != "*" && !isToken(m) || m == "*" && len(r.Methods) > 1 {
+				bad("methods", m, `not a method (write ["POST"], or ["*"] alone for any)`)
+			}
+		}
+		if len(r.Key) == 0 {
+			bad("key", nil, `empty: leave it out for ["caller"]`)
+		}
+		for _, p := range r.Key {
+			if err := CheckKeyPart(p); err != nil {
+				bad("key", p, "%v", err)
+			}
+			if p == "tier" && c.TierFrom == "" {
+				bad("key", p, "needs tier_from (where a caller's plan comes from)")
+			}
+		}
+		for _, w := range r.When {
+			if err := CheckKeyPart(w.Part); err != nil {
+				bad("when", w.Part, "%v", err)
+			}
+			if w.Part == "tier" && c.TierFrom == "" {
+				bad("when", w.Part, "needs tier_from (where a caller's plan comes from)")
+			}
+		}
+		if r.OnMissingKey != MissingSkip && r.OnMissingKey != MissingReject {
+			bad("on_missing_key", r.OnMissingKey, `must be "skip" or "reject"`)
+		}
+		switch r.Algorithm {
+		case AlgSlidingWindow:
+			if r.BurstSet {
+				bad("burst", r.Burst, `only with algorithm = "token_bucket"`)
+			}
+		case AlgTokenBucket:
+		default:
+			bad("algorithm", r.Algorithm, `must be "sliding_window" or "token_bucket"`)
+		}
+		if r.Limit < 0 {
+			bad("limit", r.Limit, "must not be negative")
+		}
+		if r.BurstSet && r.Burst < 0 {
+			bad("burst", r.Burst, "must not be negative")
+		}
+		if r.Window < time.Second {
+			bad("window", durationText(r.Window), "must be at least 1s")
+		}
+		switch r.Cost {
+		case CostRequests:
+		case "input_tokens", "total_tokens", "usd":
+			bad("cost", r.Cost, `token and money budgets (SPEC §8) are not in this release: only "requests"`)
+		default:
+			bad("cost", r.Cost, `must be "requests"`)
+		}
+		switch r.Action {
+		case ActionReject, ActionShadow:
+			if r.MaxDelay != 0 {
+				bad("max_delay", durationText(r.MaxDelay), `only with action = "delay"`)
+			}
+		case ActionDelay:
+			if r.MaxDelay < 0 {
+				bad("max_delay", durationText(r.MaxDelay), "must be positive")
+			} else if r.MaxDelay == 0 {
+				bad("max_delay", nil, `required with action = "delay" (the longest a request is held, e.g. "5s")`)
+			}
+		default:
+			bad("action", r.Action, `must be "reject", "delay" or "shadow"`)
+		}
+		if len(r.Tiers) > 0 && c.TierFrom == "" {
+			bad("tiers", nil, "needs tier_from (where a caller's plan comes from, e.g. \"header:X-Plan\")")
+		}
+		for _, o := range r.Overrides {
+			if err := checkOverrideKey(o.Key, r.Key); err != nil {
+				bad("overrides", o.Key, "%v", err)
+			}
+		}
+	}
+	return errs
+}
+
+// checkOverrideKey checks that an override names a key of the rule's
+// shape: its public form (SPEC §5), one name=value per key part, in order.
+func checkOverrideKey(k string, parts []string) error {
+	got := strings.Split(k, "&")
+	if len(got) != len(parts) {
+		return fmt.Errorf("not a key of this rule: write %s", keyShape(parts))
+	}
+	for i, g := range got {
+		name, _, ok := strings.Cut(g, "=")
+		if !ok || name != parts[i] {
+			return fmt.Errorf("not a key of this rule: write %s", keyShape(parts))
+		}
+	}
+	return nil
+}
+
+func keyShape(parts []string) string {
+	s := make([]string, len(parts))
+	for i, p := range parts {
+		s[i] = p + "=…"
+	}
+	return strconv.Quote(strings.Join(s, "&"))
+}
+
+// ChatRPMRule reports whether the built-in chat_rpm rule exists: when the
+// file defines no [[rule]], or when CHAT_RPM is set explicitly (SPEC §7.1).
+func (c *Config) ChatRPMRule() bool {
+	return len(c.Rules) == 0 || c.IsSet("chat_rpm")
+}
+
+// checkTierFrom checks TIER_FROM: header:NAME (jwt:CLAIM needs SPEC §7.5).
+func checkTierFrom(s string) error {
+	kind, name, ok := strings.Cut(s, ":")
+	switch {
+	case !ok || name == "":
+		return errors.New(`write "header:NAME"`)
+	case kind == "header":
+		if !isToken(name) {
+			return errors.New("not a header name")
+		}
+		return nil
+	case kind == "jwt":
+		return errors.New("jwt: needs verified JWT identity (SPEC §7.5), which this release does not have")
+	}
+	return errors.New(`write "header:NAME"`)
+}
