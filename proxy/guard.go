@@ -181,6 +181,7 @@ func (p *Proxy) decide(x *exchange, r *http.Request, in *keyInput, now time.Time
 		}
 		if allowed {
 			p.observeRules(x, in, r)
+			x.decision = decAllowed // a failed peek before may have said store_error
 			x.limited, x.show = p.fewestRemaining(x)
 			if held {
 				p.unhold(x, "admitted")
