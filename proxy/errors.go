@@ -134,6 +134,15 @@ func writeJSON(b *bytes.Buffer, v any) {
 		}
 		out, _ := json.Marshal(x)
 		b.Write(out)
+	case []string: // violated: rule names, plain ASCII
+		b.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			writeJSON(b, e)
+		}
+		b.WriteByte(']')
 	case int64:
 		b.WriteString(strconv.FormatInt(x, 10))
 	case int:

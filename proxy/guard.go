@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
@@ -44,7 +45,7 @@ func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time, pol *policy, 
 		return false
 	}
 	in := &x.keys
-	*in = keyInput{r: r, p: p, c: &c, path: x.apiPath}
+	*in = keyInput{r: r, p: p, c: c, path: x.apiPath}
 	if in.path == "" {
 		in.path = canonicalPath(r.URL.Path)
 	}
@@ -375,7 +376,7 @@ func (p *Proxy) readBody(x *exchange, r *http.Request, in *keyInput, now time.Ti
 	body, err := readBody(x.ResponseWriter, r, p.cfg.MaxBodyBytes, now)
 	switch {
 	case errors.Is(err, errBodyTooLarge):
-		p.tooLarge(x, r, in.c, "max_body_bytes", &apiError{status: http.StatusRequestEntityTooLarge, code: codeBodyTooLarge,
+		p.tooLarge(x, r, &in.c, "max_body_bytes", &apiError{status: http.StatusRequestEntityTooLarge, code: codeBodyTooLarge,
 			message: "The request body exceeds " + strconv.FormatInt(p.cfg.MaxBodyBytes, 10) + " bytes.",
 			fields:  []field{{"max_body_bytes", p.cfg.MaxBodyBytes}}})
 		return false
@@ -395,7 +396,7 @@ func (p *Proxy) readBody(x *exchange, r *http.Request, in *keyInput, now time.Ti
 		return false
 	}
 	if big {
-		p.tooLarge(x, r, in.c, "max_file_bytes", &apiError{status: http.StatusRequestEntityTooLarge, code: codeFileTooLarge,
+		p.tooLarge(x, r, &in.c, "max_file_bytes", &apiError{status: http.StatusRequestEntityTooLarge, code: codeFileTooLarge,
 			message: "An uploaded file exceeds " + strconv.FormatInt(p.cfg.MaxFileBytes, 10) + " bytes.",
 			fields:  []field{{"max_file_bytes", p.cfg.MaxFileBytes}}})
 		return false
@@ -445,7 +446,7 @@ func (p *Proxy) tokenCap(x *exchange, r *http.Request, in *keyInput) bool {
 	est := &x.est
 	p.metrics.inputTokens.Observe(float64(est.Tokens))
 	if int64(est.Tokens) > p.cfg.MaxInputTokens {
-		p.tooLarge(x, r, in.c, "max_input_tokens", &apiError{status: http.StatusRequestEntityTooLarge, code: codeInputTooLarge,
+		p.tooLarge(x, r, &in.c, "max_input_tokens", &apiError{status: http.StatusRequestEntityTooLarge, code: codeInputTooLarge,
 			message: "The input is estimated at more than " + strconv.FormatInt(p.cfg.MaxInputTokens, 10) + " tokens.",
 			fields:  []field{{"max_input_tokens", p.cfg.MaxInputTokens}, {"estimated_tokens", est.Tokens}}})
 		return false
@@ -505,7 +506,9 @@ func (p *Proxy) refuse(x *exchange, r *http.Request, in *keyInput) {
 	hdr["Retry-After"] = []string{secs}
 	hdr["X-Ratelimit-Retry-After"] = []string{secs}
 	hdr["Retry-After-Ms"] = []string{strconv.FormatInt(max(ceilMillis(wait), 1), 10)}
-	p.log.Info("request denied", "rule", h.Rule.Name, "key", p.loggedKey(in, x.rules[first]), "retry_after", retry, "path", r.URL.Path)
+	if p.log.Enabled(r.Context(), slog.LevelInfo) {
+		p.log.Info("request denied", "rule", h.Rule.Name, "key", p.loggedKey(in, x.rules[first]), "retry_after", retry, "path", r.URL.Path)
+	}
 	p.writeError(x, r, &apiError{
 		status:  http.StatusTooManyRequests,
 		code:    codeRateLimited,

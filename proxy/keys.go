@@ -23,7 +23,7 @@ const maxPartValue = 256
 type keyInput struct {
 	r      *http.Request
 	p      *Proxy
-	c      *caller
+	c      caller
 	path   string // the canonical path (so that disguised spellings share a key)
 	plan   string // the caller's plan (tier_from), "" when none
 	query  url.Values
