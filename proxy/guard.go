@@ -419,7 +419,6 @@ func (p *Proxy) readBody(x *exchange, r *http.Request, in *keyInput, now time.Ti
 		}
 		in.model, in.values = model, values
 	}
-	in.body = true
 
 	// Forward the bytes received, with their exact length.
 	r.Body = body.upstreamBody()

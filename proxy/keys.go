@@ -28,7 +28,6 @@ type keyInput struct {
 	plan   string // the caller's plan (tier_from), "" when none
 	query  url.Values
 	parsed bool // query parsed
-	body   bool // the body has been read: model and values are known
 	model  string
 	fields *tokens.Fields // what was asked of the body; values answer it
 	values tokens.Values

@@ -123,7 +123,7 @@ func (e *exchange) stamp(h http.Header) {
 	d := &e.out[e.show]
 	rh := e.rules[e.show].headers
 	remaining := intValue(d.Remaining)
-	h["X-Ratelimit-Limit"] = rh.limitValue(e.hits[e.show].Rule, d.Limit)
+	h["X-Ratelimit-Limit"] = rh.limitValue(d.Limit)
 	h["X-Ratelimit-Remaining"] = remaining
 	h["X-Ratelimit-Reset"] = intValue(ceilSeconds(d.ResetAfter))
 	n := 0
@@ -168,7 +168,7 @@ func nextAfter(d *limits.Decision) time.Duration {
 }
 
 // limitValue is X-RateLimit-Limit for an effective limit.
-func (rh *ruleHeaders) limitValue(_ *limits.Rule, limit int64) []string {
+func (rh *ruleHeaders) limitValue(limit int64) []string {
 	if limit == rh.rule.Limit {
 		return rh.limit
 	}
