@@ -89,39 +89,3 @@ func TestDelayedClientLeaves(t *testing.T) {
 		t.Fatalf("held now %v", got)
 	}
 }
-
-// A rule on other methods of a protected path applies to them (GET is
-// not guarded otherwise); a method override counts as the method.
-func TestRuleOnOtherMethods(t *testing.T) {
-	f := newFixture(t, rules(t, `
-[[rule]]
-name    = "reads"
-paths   = ["/v1/chat/completions"]
-methods = ["GET"]
-limit   = 1
-`))
-	get := func(hdr ...string) int {
-		r := httptest.NewRequest(http.MethodGet, "/v1/chat/completions", nil)
-		r.RemoteAddr = "203.0.113.7:1"
-		for i := 0; i+1 < len(hdr); i += 2 {
-			r.Header.Set(hdr[i], hdr[i+1])
-		}
-		w := httptest.NewRecorder()
-		f.handler.ServeHTTP(w, r)
-		return w.Code
-	}
-	if get() != 200 || get() != 429 {
-		t.Fatal("GET rule")
-	}
-	head := httptest.NewRequest(http.MethodHead, "/v1/chat/completions", nil)
-	head.RemoteAddr = "203.0.113.7:1"
-	w := httptest.NewRecorder()
-	f.handler.ServeHTTP(w, head)
-	if w.Code != 429 {
-		t.Fatalf("HEAD, which routers serve as GET: %d", w.Code)
-	}
-	// A POST naming GET in an override is counted by the GET rule too.
-	if w := f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", `{"messages":[]}`, "X-HTTP-Method-Override", "GET"); w.Code != 429 {
-		t.Fatalf("override: %d", w.Code)
-	}
-}

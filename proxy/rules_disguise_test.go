@@ -52,14 +52,7 @@ key   = ["header:Authorization"]
 limit = 1
 `))
 	send := func(path string, hdr ...string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(`{}`))
-		r.RemoteAddr = "203.0.113.7:1"
-		for i := 0; i+1 < len(hdr); i += 2 {
-			r.Header[hdr[i]] = append(r.Header[hdr[i]], hdr[i+1])
-		}
-		w := httptest.NewRecorder()
-		f.handler.ServeHTTP(w, r)
-		return w
+		return f.request(http.MethodPost, path, "203.0.113.7:1", `{}`, hdr...)
 	}
 	if w := send("/api/chat", "X-Env", "prod"); w.Code != 200 {
 		t.Fatalf("first: %d %s", w.Code, w.Body)

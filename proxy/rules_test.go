@@ -42,13 +42,19 @@ func rules(t testing.TB, toml string, environ ...string) option {
 
 // send posts body to path with headers (name, value pairs).
 func (f *fixture) send(path, peer, contentType, body string, hdr ...string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
-	r.RemoteAddr = peer
 	if contentType != "" {
-		r.Header.Set("Content-Type", contentType)
+		hdr = append([]string{"Content-Type", contentType}, hdr...)
 	}
+	return f.request(http.MethodPost, path, peer, body, hdr...)
+}
+
+// request sends one request; each header pair is added, so a name given
+// twice sends two lines.
+func (f *fixture) request(method, path, peer, body string, hdr ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	r.RemoteAddr = peer
 	for i := 0; i+1 < len(hdr); i += 2 {
-		r.Header.Set(hdr[i], hdr[i+1])
+		r.Header.Add(hdr[i], hdr[i+1])
 	}
 	w := httptest.NewRecorder()
 	f.handler.ServeHTTP(w, r)
@@ -477,5 +483,29 @@ burst     = 3
 	}
 	if got := again.Header().Get("RateLimit"); got != `"short";r=0;t=8, "long";r=0;t=3598, "tb";r=2;t=4` {
 		t.Fatalf("remembered RateLimit %q (first %q)", got, first.Header().Get("RateLimit"))
+	}
+}
+
+// A rule on other methods of a protected path applies to them (GET is
+// not guarded otherwise); a method override counts as the method.
+func TestRuleOnOtherMethods(t *testing.T) {
+	f := newFixture(t, rules(t, `
+[[rule]]
+name    = "reads"
+paths   = ["/v1/chat/completions"]
+methods = ["GET"]
+limit   = 1
+`))
+	get := func() int { return f.request(http.MethodGet, "/v1/chat/completions", "203.0.113.7:1", "").Code }
+	if get() != 200 || get() != 429 {
+		t.Fatal("GET rule")
+	}
+	w := f.request(http.MethodHead, "/v1/chat/completions", "203.0.113.7:1", "")
+	if w.Code != 429 {
+		t.Fatalf("HEAD, which routers serve as GET: %d", w.Code)
+	}
+	// A POST naming GET in an override is counted by the GET rule too.
+	if w := f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", `{"messages":[]}`, "X-HTTP-Method-Override", "GET"); w.Code != 429 {
+		t.Fatalf("override: %d", w.Code)
 	}
 }
