@@ -61,17 +61,7 @@ func BenchmarkHandler(b *testing.B) {
 			cfg := config.Default()
 			cfg.UpstreamURL = "http://upstream.invalid"
 			cfg.ChatRPM = tc.limit
-			store := limits.NewMemory(limits.MemoryOptions{})
-			tk := tokens.New()
-			if err := tk.Preload(); err != nil {
-				b.Fatal(err)
-			}
-			p, err := proxy.New(proxy.Options{Config: cfg, Store: store, Logger: slog.New(slog.DiscardHandler), Tokenizer: tk,
-				Registerer: prometheus.NewRegistry(), Transport: staticTransport{body: []byte(`{"id":"chatcmpl-1","object":"chat.completion","choices":[]}`)}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			h := p.Handler()
+			h := benchHandler(b, cfg)
 			b.ReportAllocs()
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
@@ -113,17 +103,7 @@ func BenchmarkHandlerRules(b *testing.B) {
 				r.Limit, r.Window = 1<<40, time.Minute
 				cfg.Rules = append(cfg.Rules, r)
 			}
-			store := limits.NewMemory(limits.MemoryOptions{})
-			tk := tokens.New()
-			if err := tk.Preload(); err != nil {
-				b.Fatal(err)
-			}
-			p, err := proxy.New(proxy.Options{Config: cfg, Store: store, Logger: slog.New(slog.DiscardHandler), Tokenizer: tk,
-				Registerer: prometheus.NewRegistry(), Transport: staticTransport{body: []byte(`{"id":"chatcmpl-1","object":"chat.completion","choices":[]}`)}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			h := p.Handler()
+			h := benchHandler(b, cfg)
 			b.ReportAllocs()
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
@@ -141,4 +121,21 @@ func BenchmarkHandlerRules(b *testing.B) {
 			})
 		})
 	}
+}
+
+// benchHandler is the public handler for cfg over an in-memory store and
+// upstream, with the tokenizer loaded before the timer starts.
+func benchHandler(b *testing.B, cfg config.Config) http.Handler {
+	b.Helper()
+	tk := tokens.New()
+	if err := tk.Preload(); err != nil {
+		b.Fatal(err)
+	}
+	p, err := proxy.New(proxy.Options{Config: cfg, Store: limits.NewMemory(limits.MemoryOptions{}), Logger: slog.New(slog.DiscardHandler),
+		Tokenizer: tk, Registerer: prometheus.NewRegistry(),
+		Transport: staticTransport{body: []byte(`{"id":"chatcmpl-1","object":"chat.completion","choices":[]}`)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p.Handler()
 }
