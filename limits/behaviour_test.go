@@ -311,11 +311,12 @@ func (bc *behaviour) run(t *testing.T, s limits.Store) {
 				if err != nil {
 					t.Fatalf("%s: Decide: %v", label, err)
 				}
-				if dok != pok || fmt.Sprint(out) != fmt.Sprint(peek) {
+				if dok != pok || fmt.Sprint(untick(out)) != fmt.Sprint(peek) {
 					t.Fatalf("%s: Peek answered %v %+v, Decide %v %+v", label, pok, peek, dok, out)
 				}
 				pok = dok
 			}
+			checkTickets(t, label, hits, pok, out, st.op == opDecide)
 			wantOK := true
 			for i, h := range hits {
 				if !h.Rule.Shadow && !out[i].Allowed {
@@ -336,6 +337,31 @@ func (bc *behaviour) run(t *testing.T, s limits.Store) {
 			for i := range hits {
 				checkDecision(t, fmt.Sprintf("%s hit %d", label, i), &hits[i], out[i], st.want[i])
 			}
+		}
+	}
+}
+
+// untick returns a copy of ds without their tickets, to compare the
+// decisions of calls that record with those of calls that do not, or of
+// different stores.
+func untick(ds []limits.Decision) []limits.Decision {
+	c := make([]limits.Decision, len(ds))
+	for i, d := range ds {
+		d.Ticket = limits.Ticket{}
+		c[i] = d
+	}
+	return c
+}
+
+// checkTickets checks that a decision carries a ticket exactly when its
+// hit was recorded: by Decide, in an admitted batch, a hit of some cost
+// that its rule admitted.
+func checkTickets(t *testing.T, label string, hits []limits.Hit, ok bool, out []limits.Decision, decided bool) {
+	t.Helper()
+	for i := range hits {
+		want := decided && ok && out[i].Allowed && hits[i].Cost > 0
+		if out[i].Ticket.IsZero() == want {
+			t.Fatalf("%s: hit %d (cost %d) has a ticket: %v, want %v; %+v", label, i, hits[i].Cost, !out[i].Ticket.IsZero(), want, out[i])
 		}
 	}
 }

@@ -34,12 +34,16 @@ func newBucketParams(window time.Duration, limit, burst int64) bucketParams {
 		limitN: limit, span: window}
 }
 
-// fill is the level of a bucket that held tokens (at most burst) elapsed
-// µs ago (elapsed >= 0).
+// fill is the level of a bucket that held tokens (at most burst; below 0
+// after a settled charge, a debt) elapsed µs ago (elapsed >= 0).
 func (p *bucketParams) fill(tokens, elapsed float64) float64 {
 	add := elapsed * p.limit / p.window
-	if add > p.burst {
-		add = p.burst // clamp before adding: days of idle add at most a full bucket
+	room := p.burst
+	if tokens < 0 {
+		room = p.burst - tokens
+	}
+	if add > room {
+		return p.burst // days of idle fill the bucket, whatever it held
 	}
 	t := tokens + add
 	if t > p.burst {
@@ -106,11 +110,14 @@ func (p *bucketParams) report(d *Decision, tokens float64, last, now int64, leve
 		d.Remaining, d.ResetAfter, d.NextAfter = 0, 0, 0 // admits nothing, refills nothing
 		return
 	}
-	d.Remaining = int64(math.Floor(level))
+	// A settled charge may leave the bucket in debt: nothing remains until
+	// it holds a whole token again.
+	whole := max(math.Floor(level), 0)
+	d.Remaining = int64(whole)
 	d.ResetAfter = micros(p.wait(tokens, last, now, p.burst))
 	d.NextAfter = 0
 	if level < p.burst {
-		d.NextAfter = micros(p.wait(tokens, last, now, math.Floor(level)+1))
+		d.NextAfter = micros(p.wait(tokens, last, now, whole+1))
 	}
 }
 
@@ -130,4 +137,31 @@ func (b *bucket) state(p *bucketParams, now int64) (float64, int64) {
 		return p.burst, now
 	}
 	return min(b.tokens, p.burst), b.last
+}
+
+// refund gives n tokens back at the bucket's stored time, never above
+// p's burst (as settle.lua does).
+func (b *bucket) refund(p *bucketParams, n int64) {
+	if b.full == 0 {
+		return // full: nothing was taken
+	}
+	t := b.tokens + float64(n)
+	if t > p.burst {
+		t = p.burst
+	}
+	b.tokens = t
+	b.full = b.last
+	if p.limitN > 0 {
+		b.full += p.wait(t, b.last, b.last, p.burst)
+	}
+}
+
+// charge takes n tokens at now (µs) without a decision, as an admission
+// would take them: the level may fall below 0, a debt that refills.
+func (b *bucket) charge(p *bucketParams, now, n int64) {
+	tokens, last := b.state(p, now)
+	level := p.fill(tokens, float64(max(now-last, 0)))
+	var d Decision
+	tokens, last = p.take(level, last, now, n, &d)
+	*b = bucket{tokens: tokens, last: last, full: now + int64(d.ResetAfter/time.Microsecond)}
 }

@@ -49,3 +49,32 @@ func ExampleMemory_Decide_tokenBucket() {
 	// t=0ms allowed=false remaining=0 retry_after=3s shadow_would_allow=false
 	// t=3000ms allowed=true remaining=0 retry_after=0s shadow_would_allow=false
 }
+
+// A token budget reserves a request's estimate plus its requested output
+// at admission, then settles the charge to the usage the upstream
+// reported: the difference comes back, or the extra is charged.
+func ExampleMemory_Settle() {
+	store := limits.NewMemory(limits.MemoryOptions{})
+	ctx := context.Background()
+	budget := &limits.Rule{Name: "tokens-per-key", Algorithm: limits.SlidingWindow, Limit: 10_000, Window: time.Minute, Settles: true}
+	key := limits.KeyOf("caller", "key:3f2a")
+	out := make([]limits.Decision, 1)
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+	first := []limits.Hit{{Rule: budget, Key: key, Cost: 4_000}}
+	store.Decide(ctx, first, start, out)
+	fmt.Printf("reserved 4000: remaining=%d\n", out[0].Remaining)
+	store.Settle(ctx, []limits.Settlement{{Hit: first[0], Ticket: out[0].Ticket, Actual: 1_200}}, start.Add(3*time.Second))
+
+	second := []limits.Hit{{Rule: budget, Key: key, Cost: 8_000}}
+	store.Decide(ctx, second, start.Add(4*time.Second), out)
+	fmt.Printf("reserved 8000: remaining=%d\n", out[0].Remaining)
+	store.Settle(ctx, []limits.Settlement{{Hit: second[0], Ticket: out[0].Ticket, Actual: 9_500}}, start.Add(5*time.Second))
+
+	ok, _ := store.Decide(ctx, []limits.Hit{{Rule: budget, Key: key, Cost: 1}}, start.Add(5*time.Second), out)
+	fmt.Printf("overrun of 1500: allowed=%v retry_after=%v\n", ok, out[0].RetryAfter)
+	// Output:
+	// reserved 4000: remaining=6000
+	// reserved 8000: remaining=800
+	// overrun of 1500: allowed=false retry_after=55s
+}

@@ -11,6 +11,13 @@
 // nothing. Stores also Peek (the same evaluation, recording nothing) and
 // Reset a key's counters. Memory keeps the counters in process, Redis
 // shares them between instances; Remember and Fallback wrap either.
+//
+// A cost known only when the response ends (token budgets, SPEC §8) is
+// reserved at admission and settled later: each recorded hit's Decision
+// carries a Ticket, and Settle corrects that hit's charge to what it
+// really cost, giving the difference back to the slot (or bucket) it was
+// taken from or charging the extra at the time of the settlement, without
+// a second decision.
 package limits
 
 import (
@@ -44,6 +51,10 @@ type Rule struct {
 	// Shadow makes the rule count and report without ever refusing: its
 	// hits do not veto a batch, and are recorded only when they fit.
 	Shadow bool
+	// Settles says that charges of this rule are settled later
+	// (total_tokens, usd): a refusal under it is remembered at most 1 s,
+	// since a refund can shorten the wait (SPEC §4.2).
+	Settles bool
 }
 
 // Validate reports a rule the stores cannot evaluate.
@@ -150,7 +161,8 @@ type Decision struct {
 	Limit   int64 // the hit's effective limit
 	// Remaining is what is left after this decision: after recording the
 	// hit when it was recorded, as it was otherwise. For a token bucket,
-	// the tokens it holds rounded down (0 when the limit is 0).
+	// the tokens it holds rounded down (0 when the limit is 0). Never
+	// negative, though a settled charge may take a counter past its limit.
 	Remaining int64
 	// RetryAfter is, when Allowed is false, the wait until this hit's cost
 	// would be admitted (the whole window when it never can: a cost above
@@ -164,6 +176,37 @@ type Decision struct {
 	// leaves the window, or the bucket gains a whole token; zero when
 	// nothing is counted (a full bucket).
 	NextAfter time.Duration
+	// Ticket is what Decide recorded for this hit, for Settle (zero when
+	// nothing was).
+	Ticket Ticket
+}
+
+// Ticket names what Decide recorded for one hit, for Settle: the slot of a
+// window admission, a bucket's take, and which store recorded it
+// (Fallback). The zero Ticket: nothing was recorded (a refusal, a Peek, a
+// cost of 0, a shadow hit that did not fit).
+type Ticket struct {
+	// at is when a window admission was counted (Memory: unix ns, Redis:
+	// unix µs); a settlement gives nothing back once it has left the window.
+	at int64
+	// rec is what redis.lua recorded: a window's slot (> 0 a sequence
+	// number, < 0 -(bucket+1) for a grouped slot), 1 for a bucket.
+	rec int64
+	// gen is the generation of Memory's counter: a counter reset or
+	// restarted since is another one.
+	gen   uint32
+	set   bool
+	local bool // decided by Fallback's local store
+}
+
+// IsZero reports whether nothing was recorded.
+func (t Ticket) IsZero() bool { return !t.set }
+
+// Settlement corrects the charge of one admitted hit.
+type Settlement struct {
+	Hit    Hit    // the hit as decided: rule, key, effective limits; Hit.Cost is what was charged
+	Ticket Ticket // the Ticket of its Decision
+	Actual int64  // what it should have cost, >= 0
 }
 
 // ErrBatch reports a malformed batch (no hits, a nil or invalid rule, a
@@ -186,22 +229,54 @@ type Store interface {
 	Peek(ctx context.Context, hits []Hit, now time.Time, out []Decision) (allowed bool, err error)
 	// Reset forgets the counters of key under rule (both algorithms').
 	Reset(ctx context.Context, rule *Rule, key Key) error
+	// Settle corrects charges of hits admitted by earlier Decides, at now:
+	// a hit charged more than Actual gets the difference back (a window:
+	// taken out of the slot its admission was counted in, when that slot
+	// is still in the window, never more than the slot holds; a bucket:
+	// tokens given back, never above its burst); a hit charged less is
+	// charged the difference at now, without a decision: it may take the
+	// counter past its limit (a budget is overshot only by what the
+	// reservation did not cover). Settlements with a zero Ticket or with
+	// Actual == Hit.Cost are skipped. It never refuses; an error means
+	// some corrections may not have been made.
+	Settle(ctx context.Context, s []Settlement, now time.Time) error
 }
+
+// checkHit reports a hit no store can evaluate.
+func checkHit(h *Hit) error {
+	if h.Rule == nil || h.Cost < 0 || h.Rule.Window < time.Microsecond {
+		return ErrBatch
+	}
+	if a := h.Rule.Algorithm; a != SlidingWindow && a != TokenBucket {
+		return ErrBatch
+	}
+	if limit, burst := h.Limits(); limit < 0 || burst < 0 {
+		return ErrBatch
+	}
+	return nil
+}
+
+// checkSettlements reports a malformed settlement (its hit malformed, a
+// negative Actual).
+func checkSettlements(s []Settlement) error {
+	for i := range s {
+		if err := checkHit(&s[i].Hit); err != nil || s[i].Actual < 0 {
+			return ErrBatch
+		}
+	}
+	return nil
+}
+
+// needsSettling reports whether x corrects anything.
+func (x *Settlement) needsSettling() bool { return !x.Ticket.IsZero() && x.Actual != x.Hit.Cost }
 
 func checkBatch(hits []Hit, out []Decision) error {
 	if len(hits) == 0 || len(out) < len(hits) {
 		return ErrBatch
 	}
 	for i := range hits {
-		h := &hits[i]
-		if h.Rule == nil || h.Cost < 0 || h.Rule.Window < time.Microsecond {
-			return ErrBatch
-		}
-		if a := h.Rule.Algorithm; a != SlidingWindow && a != TokenBucket {
-			return ErrBatch
-		}
-		if limit, burst := h.Limits(); limit < 0 || burst < 0 {
-			return ErrBatch
+		if err := checkHit(&hits[i]); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -49,9 +49,13 @@ type stateKey struct {
 // entry is the counter of one (rule, key): a sliding window or a token
 // bucket, as isBucket says. w.span is the rule's window in both cases.
 type entry struct {
-	w        window // inline: one cache miss less per decision
-	b        bucket
-	touched  uint32 // unix seconds of the last decision that touched it, for LRU
+	w       window // inline: one cache miss less per decision
+	b       bucket
+	touched uint32 // unix seconds of the last decision that touched it, for LRU
+	// gen is the counter's generation in its shard, named by the Tickets
+	// of its hits: a counter reset, restarted or dropped since is another
+	// one (see Settle).
+	gen      uint32
 	isBucket bool
 }
 
@@ -68,8 +72,25 @@ type shard struct {
 	mu      sync.Mutex
 	m       map[stateKey]*entry
 	sweptAt int64 // unix ns of the last full sweep, bounds sweep work
-	_       [40]byte
+	// gen is the last generation given to a counter of the shard; resetGen
+	// the one current when a counter of the shard was last reset or
+	// restarted by a rule change. Both wrap (compared by newer).
+	gen      uint32
+	resetGen uint32
+	_        [32]byte
 }
+
+// nextGen gives a new counter of s its generation (never 0).
+func (s *shard) nextGen() uint32 {
+	if s.gen++; s.gen == 0 {
+		s.gen++
+	}
+	return s.gen
+}
+
+// newer reports whether generation a was given after b (within 2³¹
+// generations of each other).
+func newer(a, b uint32) bool { return int32(a-b) > 0 }
 
 // NewMemory returns an empty in-memory store.
 func NewMemory(o MemoryOptions) *Memory {
@@ -113,6 +134,7 @@ func (m *Memory) Reset(_ context.Context, rule *Rule, key Key) error {
 	if _, ok := s.m[k]; ok {
 		delete(s.m, k)
 		m.keys.Add(-1)
+		s.resetGen = s.nextGen() // settlements of its hits are skipped
 	}
 	s.mu.Unlock()
 	return nil
@@ -204,11 +226,13 @@ func takeHit(e *entry, h *Hit, now int64, level float64, d *Decision, record boo
 		tokens, last := p.take(level, last, us, h.Cost, d)
 		if record {
 			e.b = bucket{tokens: tokens, last: last, full: us + int64(d.ResetAfter/time.Microsecond)}
+			d.Ticket = Ticket{gen: e.gen, set: true}
 		}
 		return
 	}
 	if record {
 		e.w.record(now, h.Cost, limit, d)
+		d.Ticket.gen = e.gen
 		return
 	}
 	w := window{span: int64(h.Rule.Window)}
@@ -257,13 +281,14 @@ func (m *Memory) entry(s *shard, h *Hit, now int64, create bool) *entry {
 	}
 	if ok {
 		// The rule changed (reload): restart its counting.
-		*e = entry{w: window{span: span}, isBucket: isBucket, touched: unixSeconds(now)}
+		*e = entry{w: window{span: span}, isBucket: isBucket, touched: unixSeconds(now), gen: s.nextGen()}
+		s.resetGen = e.gen
 		return e
 	}
 	if len(s.m) >= m.perShardCap {
 		m.makeRoom(s, now)
 	}
-	e = &entry{w: window{span: span}, isBucket: isBucket, touched: unixSeconds(now)}
+	e = &entry{w: window{span: span}, isBucket: isBucket, touched: unixSeconds(now), gen: s.nextGen()}
 	s.m[k] = e
 	m.keys.Add(1)
 	return e

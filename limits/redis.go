@@ -18,10 +18,11 @@ import (
 //go:embed redis.lua
 var decideScript string
 
-// undoScript takes back admissions decideScript recorded. See undo.lua.
+// settleScript corrects what decideScript recorded: settlements, and the
+// rollback of a split batch's parts. See settle.lua.
 //
-//go:embed undo.lua
-var undoScript string
+//go:embed settle.lua
+var settleScript string
 
 // ErrUnavailable is returned while the store is known to be down (its
 // circuit breaker is open): the caller applies its FAIL_OPEN policy
@@ -71,16 +72,19 @@ type RedisOptions struct {
 // On a Redis Cluster a batch whose counters hash to different slots cannot
 // be one script: it is decided one slot at a time, in slot order (parts
 // holding only shadow hits last: they never refuse), and when a later part
-// refuses, the parts already recorded are rolled back (undo.lua); the
+// refuses, the parts already recorded are rolled back (settle.lua); the
 // parts after the refusal are evaluated without recording. Between the
 // two, a concurrent request may see those units taken and be refused: the
 // split batch can refuse a little more than an exact one, and never admits
 // more. The decisions of rolled-back hits show Remaining as it was; their
 // ResetAfter and NextAfter are those after the rolled-back recording.
+//
+// Settle is one script (settle.lua) per server, on Redis's clock too; on a
+// Cluster one per slot holding settled counters.
 type Redis struct {
 	o       RedisOptions
 	script  *redis.Script
-	undo    *redis.Script
+	settle  *redis.Script
 	cluster *redis.ClusterClient // nil unless the client is a cluster's
 
 	shards sync.Map // shard address → *redisShard
@@ -112,7 +116,7 @@ func NewRedis(o RedisOptions) *Redis {
 	if o.ProbeEvery <= 0 {
 		o.ProbeEvery = 250 * time.Millisecond
 	}
-	s := &Redis{o: o, script: redis.NewScript(decideScript), undo: redis.NewScript(undoScript), stop: make(chan struct{})}
+	s := &Redis{o: o, script: redis.NewScript(decideScript), settle: redis.NewScript(settleScript), stop: make(chan struct{})}
 	s.cluster, _ = o.Client.(*redis.ClusterClient)
 	return s
 }
@@ -123,12 +127,12 @@ func NewRedis(o RedisOptions) *Redis {
 // timeout. Decide reloads them by itself whenever a node has lost them.
 func (s *Redis) Load(ctx context.Context) error {
 	load := func(ctx context.Context, c *redis.Client) error {
-		return errors.Join(s.script.Load(ctx, c).Err(), s.undo.Load(ctx, c).Err())
+		return errors.Join(s.script.Load(ctx, c).Err(), s.settle.Load(ctx, c).Err())
 	}
 	if s.cluster != nil {
 		return s.cluster.ForEachShard(ctx, load)
 	}
-	return errors.Join(s.script.Load(ctx, s.o.Client).Err(), s.undo.Load(ctx, s.o.Client).Err())
+	return errors.Join(s.script.Load(ctx, s.o.Client).Err(), s.settle.Load(ctx, s.o.Client).Err())
 }
 
 // Warm loads the scripts and opens WarmConns connections to every master,

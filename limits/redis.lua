@@ -11,23 +11,29 @@
 -- bucket), shadow (1/0), limit, window (µs), cost, burst (buckets only).
 -- KEYS, per hit in order: a sliding window's sorted set of time slots
 -- (member: slot id, score: the slot's latest admission, µs) and its hash
--- (slot id -> cost counted in it; "s": the sum of live slots; "q": a
--- sequence; "n": the latest admission, µs, which a rollback leaves as it
--- is; "e": when the keys' expiry must be pushed back next, µs); a token
--- bucket's one string key, "tokens last" (the tokens, fractional, as
--- %.17g, at `last`, in µs).
+-- (slot id -> cost counted in it, at least 1; "s": the sum of live
+-- slots; "q": a sequence; "n": the newest slot's time, µs; "e": when the
+-- keys' expiry must be pushed back next, µs; "g": when the counter was
+-- made, µs, so that a settlement recognises a counter made after its
+-- admission, after a Reset; "x": the latest time up to which slots were
+-- dropped as expired, µs, so that a settlement knows an admission counted
+-- then or before may have lost its slot); a token bucket's one string
+-- key, "tokens last" (the tokens, fractional, as %.17g, at `last`, in µs;
+-- below 0 after a settled charge, a debt).
 -- Returns: allowed (1/0: every enforcing hit admits), now (µs), then 6
--- values per hit: allowed (1/0) and what was recorded, which undo.lua
--- takes to roll the admission back (for a window the slot: a sequence
--- number > 0, or -(bucket+1) for a grouped slot; for a bucket 1; 0 when
--- nothing was), then for a window: remaining, retry after, reset after,
--- next after (µs); for a bucket: its state as read ("tokens last", or ""
--- for a fresh bucket) and three zeros. The store computes a bucket's
+-- values per hit: allowed (1/0) and what was recorded, which settle.lua
+-- takes to settle or roll back the admission (for a window the slot: a
+-- sequence number > 0, or -(bucket+1) for a grouped slot; for a bucket 1;
+-- 0 when nothing was), then for a window: remaining, retry after, reset
+-- after, next after (µs); for a bucket: its state as read ("tokens last",
+-- or "" for a fresh bucket) and three zeros. The store computes a bucket's
 -- numbers from its state with limits/bucket.go, which holds the same
--- arithmetic as fill below.
+-- arithmetic as fill below (and settle.lua's).
 --
 -- Sliding window: a limit up to maxSlots gives every admission its own
--- slot (exact); a larger one groups admissions in 1/maxSlots of the
+-- slot (exact), but one counted at the newest slot's time joins it (they
+-- leave together), so that no two slots share a time, as in limits/
+-- window.go; a larger limit groups admissions in 1/maxSlots of the
 -- window, each group leaving the window with its latest admission (never
 -- admits more). Work is bounded by what the hit needs, never by the
 -- window's contents: a refusal reads the oldest slots that must leave for
@@ -57,9 +63,10 @@ local function evalWindow(hit)
   local edge = now - hit.window
   hit.edge = edge
   local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
-  local fields = redis.call('HMGET', h, 's', 'q', 'n', 'e')
+  local fields = redis.call('HMGET', h, 's', 'q', 'n', 'e', 'g', 'x')
   local sum = tonumber(fields[1]) or 0
   hit.q, hit.newest, hit.renew = tonumber(fields[2]) or 0, tonumber(fields[3]), tonumber(fields[4])
+  hit.made = fields[5]
   if #first > 0 and tonumber(first[2]) <= edge then
     -- Forget the slots that have left the window (now - window, now]; a
     -- peek only leaves them out of its sums.
@@ -70,9 +77,15 @@ local function evalWindow(hit)
     if mode == 0 then
       redis.call('HDEL', h, unpack(old))
       redis.call('ZREMRANGEBYSCORE', z, '-inf', edge)
-      redis.call('HSET', h, 's', sum)
+      redis.call('HSET', h, 's', sum, 'x', math.max(tonumber(fields[6]) or edge, edge))
     end
     first = redis.call('ZRANGEBYSCORE', z, edge + 1, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if mode == 0 and #first == 0 then
+      -- Every slot has left: the window is as a fresh one (Memory's ring
+      -- is empty), even for a clock read behind later.
+      redis.call('HDEL', h, 'n')
+      hit.newest = nil
+    end
   end
   if #first > 0 then hit.first, hit.oldest = first[1], tonumber(first[2]) end
   if not hit.newest and #first > 0 then
@@ -81,7 +94,9 @@ local function evalWindow(hit)
     hit.newest = tonumber(last[2])
   end
   hit.sum = sum
-  hit.allowed = sum + hit.cost <= hit.limit
+  -- A settled charge may have taken the sum past the limit; a cost of 0
+  -- still reads the state.
+  hit.allowed = hit.cost == 0 or sum + hit.cost <= hit.limit
   if hit.allowed then return end
   hit.retry = hit.window
   if hit.cost > hit.limit or not hit.oldest then return end
@@ -114,10 +129,12 @@ local function takeWindow(hit)
   -- let an admission leave before the ones already counted.
   local at = now
   if hit.newest and hit.newest > at then at = hit.newest end
-  local id, bucket
+  local id, bucket, tie
   if hit.limit > maxslots then
     bucket = math.floor(now / math.max(math.floor(hit.window / maxslots), 1))
     id = 'g' .. tostring(bucket)
+  elseif hit.newest and now <= hit.newest and hit.oldest then
+    tie = true -- joins the newest slot (read below, when recording)
   else
     id = tostring(hit.q + 1)
   end
@@ -140,13 +157,23 @@ local function takeWindow(hit)
   local renew = hit.renew
   local push = not renew or at >= renew or not hit.oldest
   if push then renew = at + hit.window end
+  local made = {}
+  if not hit.made then made = {'g', at} end
+  if tie then
+    id = redis.call('ZRANGE', hit.z, -1, -1)[1]
+    if string.sub(id, 1, 1) == 'g' then
+      hit.rec = -(tonumber(string.sub(id, 2)) + 1) -- grouped under a larger limit before
+    else
+      hit.rec = tonumber(id)
+    end
+  end
   redis.call('ZADD', hit.z, at, id)
-  if bucket then
+  if bucket or tie then
     redis.call('HINCRBY', hit.h, id, hit.cost)
-    redis.call('HSET', hit.h, 's', hit.sum, 'n', at, 'e', renew)
-    hit.rec = -(bucket + 1)
+    redis.call('HSET', hit.h, 's', hit.sum, 'n', at, 'e', renew, unpack(made))
+    if bucket then hit.rec = -(bucket + 1) end
   else
-    redis.call('HSET', hit.h, 's', hit.sum, 'q', hit.q + 1, 'n', at, 'e', renew, id, hit.cost)
+    redis.call('HSET', hit.h, 's', hit.sum, 'q', hit.q + 1, 'n', at, 'e', renew, id, hit.cost, unpack(made))
     hit.rec = hit.q + 1
   end
   if push then
@@ -162,11 +189,14 @@ local function reportWindow(hit)
   if hit.oldest then hit.nxt = math.max(hit.oldest + hit.window - now, 0) end
 end
 
--- The level of bucket hit `elapsed` µs (>= 0) after it held hit.tokens:
--- limits/bucket.go's fill, the same operations in the same order.
+-- The level of bucket hit `elapsed` µs (>= 0) after it held hit.tokens
+-- (below 0: a debt): limits/bucket.go's fill, the same operations in the
+-- same order (settle.lua has a copy).
 local function fill(hit, elapsed)
   local add = elapsed * hit.limit / hit.window
-  if add > hit.burst then add = hit.burst end -- clamp before adding
+  local room = hit.burst
+  if hit.tokens < 0 then room = hit.burst - hit.tokens end
+  if add > room then return hit.burst end -- days of idle fill it
   local t = hit.tokens + add
   if t > hit.burst then t = hit.burst end
   return t

@@ -133,9 +133,12 @@ func (s *Redis) evaluateSplit(ctx context.Context, hits []Hit, parts [][]int, no
 	var taken []int // hits recorded (or, peeking, that would be)
 	rollback := func() {
 		for _, r := range done {
-			s.rollback(r.sh, r.hits, r.recs)
+			s.rollback(r.sh, r.hits, r.recs, now)
 		}
 		done = nil
+		for i := range out {
+			out[i].Ticket = Ticket{} // nothing stays recorded
+		}
 	}
 	allowed := true
 	for _, part := range parts {
@@ -187,32 +190,20 @@ func (s *Redis) evaluateSplit(ctx context.Context, hits []Hit, parts [][]int, no
 	return allowed, nil
 }
 
-// rollback takes back what redis.lua recorded of one part (best effort: a
-// part that cannot be taken back stays counted, which refuses more, never
-// admits more, and leaves the window or refills like any admission).
-func (s *Redis) rollback(sh *redisShard, hits []Hit, recs []int64) {
-	keys := make([]string, 0, 2*len(hits))
-	args := make([]any, 0, 1+4*len(hits))
-	args = append(args, 0)
-	n := 0
+// rollback takes back what redis.lua recorded of one part: a refund of
+// each hit's whole cost (best effort: a part that cannot be taken back
+// stays counted, which refuses more, never admits more, and leaves the
+// window or refills like any admission).
+func (s *Redis) rollback(sh *redisShard, hits []Hit, recs []int64, now time.Time) {
+	cs := make([]correction, 0, len(hits))
 	for i := range hits {
-		if recs[i] == 0 {
-			continue
+		if recs[i] != 0 {
+			// at 0: taken back whatever the time, just after the decision.
+			cs = append(cs, correction{h: &hits[i], rec: recs[i], delta: -hits[i].Cost})
 		}
-		h := &hits[i]
-		_, burst := h.Limits()
-		keys = s.appendKeys(keys, h)
-		args = append(args, algorithmArg(h.Rule.Algorithm), recs[i], h.Cost, burst)
-		n++
 	}
-	if n == 0 {
-		return
-	}
-	args[0] = n
-	ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
-	defer cancel()
-	if err := s.undo.Run(ctx, s.o.Client, keys, args...).Err(); err != nil {
-		s.failed(sh, err)
+	if len(cs) > 0 {
+		_ = s.correct(context.Background(), sh, cs, now)
 	}
 }
 
@@ -260,10 +251,7 @@ func (s *Redis) run(ctx context.Context, sh *redisShard, hits []Hit, now time.Ti
 	}
 	keys := make([]string, 0, 2*len(hits))
 	args := make([]any, 0, 4+6*len(hits))
-	args = append(args, len(hits), int64(0), int(mode), maxSlots)
-	if s.o.ClientClock {
-		args[1] = now.UnixMicro()
-	}
+	args = append(args, len(hits), s.clock(now), int(mode), maxSlots)
 	for i := range hits {
 		h := &hits[i]
 		limit, burst := h.Limits()
@@ -274,35 +262,59 @@ func (s *Redis) run(ctx context.Context, sh *redisShard, hits []Hit, now time.Ti
 		}
 		args = append(args, algorithmArg(h.Rule.Algorithm), shadow, limit, h.Rule.Window.Microseconds(), h.Cost, burst)
 	}
+	reply, err := s.exec(ctx, sh, s.script, keys, args)
+	if err != nil {
+		return false, fmt.Errorf("redis decision: %w", err)
+	}
+	res, ok := reply.([]any)
+	if !ok {
+		return false, fmt.Errorf("redis decision: unexpected reply %T", reply)
+	}
+	if err := decodeReply(res, hits, mode, out, recs); err != nil {
+		return false, fmt.Errorf("redis decision: %w", err)
+	}
+	return res[0] == int64(1), nil
+}
+
+// clock is the script's now argument: 0 for Redis's TIME, else now in µs
+// (ClientClock).
+func (s *Redis) clock(now time.Time) int64 {
+	if s.o.ClientClock {
+		return now.UnixMicro()
+	}
+	return 0
+}
+
+// exec runs script on sh's server within the timeout, keeping sh's
+// breaker: a failure of Redis counts towards opening it, a success closes
+// the count.
+func (s *Redis) exec(ctx context.Context, sh *redisShard, script *redis.Script, keys []string, args []any) (any, error) {
 	callCtx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	start := time.Now()
-	res, err := s.script.Run(callCtx, s.o.Client, keys, args...).Slice()
+	res, err := script.Run(callCtx, s.o.Client, keys, args...).Result()
 	cancel()
 	if err != nil && ctx.Err() != nil {
 		// The request itself went away (a client disconnect): not a
 		// failure of Redis, and no reason to open the breaker.
-		return false, fmt.Errorf("redis decision: %w", ctx.Err())
+		return nil, ctx.Err()
 	}
 	if s.o.OnCall != nil {
 		s.o.OnCall(time.Since(start), err)
 	}
 	if err != nil {
-		if redis.IsClusterDownError(err) {
+		if redis.IsClusterDownError(err) && s.cluster != nil {
 			// The whole cluster refuses while a slot has no master (Redis's
 			// cluster-require-full-coverage): not this shard's failure, so
 			// its breaker stays closed; the request fails and FAIL_OPEN
 			// applies.
 			s.cluster.ReloadState(context.Background())
-			return false, fmt.Errorf("redis decision: %w", err)
+			return nil, err
 		}
 		s.failed(sh, err)
-		return false, fmt.Errorf("redis decision: %w", err)
+		return nil, err
 	}
 	sh.failures.Store(0)
-	if err := decodeReply(res, hits, mode, out, recs); err != nil {
-		return false, fmt.Errorf("redis decision: %w", err)
-	}
-	return res[0] == int64(1), nil
+	return res, nil
 }
 
 // decodeReply fills out (and recs) from redis.lua's reply for hits
@@ -324,6 +336,10 @@ func decodeReply(res []any, hits []Hit, mode scriptMode, out []Decision, recs []
 		if recs != nil {
 			recs[i] = rec
 		}
+		var ticket Ticket
+		if rec != 0 {
+			ticket = Ticket{rec: rec, set: true}
+		}
 		if h.Rule.Algorithm == TokenBucket {
 			state, _ := r[2].(string)
 			p := newBucketParams(h.Rule.Window, limit, burst)
@@ -341,12 +357,18 @@ func decodeReply(res []any, hits []Hit, mode scriptMode, out []Decision, recs []
 			if batch == 1 && mode != modeRefused && d.Allowed && h.Cost > 0 {
 				p.take(level, last, now, h.Cost, &d)
 			}
+			d.Ticket = ticket
 			out[i] = d
 			continue
 		}
 		var v [4]int64
 		for j := range v {
 			v[j], _ = r[2+j].(int64)
+		}
+		if rec != 0 {
+			// The time the admission was counted at: its reset after is
+			// that time's window end.
+			ticket.at = now + v[2] - h.Rule.Window.Microseconds()
 		}
 		out[i] = Decision{
 			Allowed:    allowed == 1,
@@ -355,6 +377,7 @@ func decodeReply(res []any, hits []Hit, mode scriptMode, out []Decision, recs []
 			RetryAfter: micros(v[1]),
 			ResetAfter: micros(v[2]),
 			NextAfter:  micros(v[3]),
+			Ticket:     ticket,
 		}
 	}
 	return nil

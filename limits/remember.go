@@ -20,10 +20,12 @@ import (
 // It holds whatever the store's health: a remembered caller is refused
 // while the store is slow or dead, whatever FAIL_OPEN says.
 //
-// A request of smaller cost than the one refused is decided as usual (it
-// may fit). A rule changed since (another algorithm, window, or effective
-// limit or burst: a reload, a tier, an override) does not match its old
-// memories. Shadow hits are never remembered nor answered from memory.
+// Under a rule whose charges are settled later (Rule.Settles), a refund
+// can shorten the wait: such a refusal is remembered at most 1 s (its
+// wait still counted down from the store's). A request of smaller cost
+// than the one refused is decided as usual (it may fit). A rule changed
+// since (another algorithm, window, or effective limit or burst: a
+// reload, a tier, an override) does not match its old memories. Shadow hits are never remembered nor answered from memory.
 // The memory is bounded: up to 16 LRU shards holding size entries in all
 // (a full shard evicts its least recently used entry), each entry dropped
 // when its wait ends.
@@ -56,6 +58,7 @@ type refusal struct {
 	algorithm Algorithm
 	remaining int64
 	until     time.Time // when the wait ends
+	keep      time.Time // when the memory ends: until, or sooner (settlesMemory)
 	reset     time.Time // when the key is back to fresh (window empty, bucket full)
 	// refused is false for a snapshot: a hit its batch's refusal did not
 	// concern (it admitted), kept as long as the refusal, so that a 429
@@ -77,6 +80,18 @@ func (m *refusal) sameCounting(h *Hit) bool {
 // limits, and a cost at least the one refused.
 func (m *refusal) matches(h *Hit) bool {
 	return m.refused && h.Cost >= m.cost && m.sameCounting(h)
+}
+
+// settlesMemory is the longest a refusal under a rule whose charges are
+// settled later is remembered (SPEC §4.2).
+const settlesMemory = time.Second
+
+// kept is how long a refusal d of h is remembered.
+func kept(h *Hit, d *Decision) time.Duration {
+	if h.Rule.Settles {
+		return min(d.RetryAfter, settlesMemory)
+	}
+	return d.RetryAfter
 }
 
 // RememberStats is the memory's bookkeeping, for metrics.
@@ -123,6 +138,11 @@ func (r *Remember) Peek(ctx context.Context, hits []Hit, now time.Time, out []De
 	return r.evaluate(ctx, hits, now, out, r.next.Peek)
 }
 
+// Settle implements Store: the store behind settles.
+func (r *Remember) Settle(ctx context.Context, s []Settlement, now time.Time) error {
+	return r.next.Settle(ctx, s, now)
+}
+
 // Reset implements Store: it forgets the memory of key under rule, then
 // resets the store behind.
 func (r *Remember) Reset(ctx context.Context, rule *Rule, key Key) error {
@@ -150,11 +170,11 @@ func (r *Remember) evaluate(ctx context.Context, hits []Hit, now time.Time, out 
 		return ok, err
 	}
 	// Remember every refusing enforcing hit, and a snapshot of the others
-	// for as long as the longest refusal lasts.
+	// for as long as the longest refusal is remembered.
 	var longest time.Duration
 	for i := range hits {
 		if d := &out[i]; !d.Allowed && !hits[i].Rule.Shadow {
-			longest = max(longest, d.RetryAfter)
+			longest = max(longest, kept(&hits[i], d))
 		}
 	}
 	if longest <= 0 {
@@ -173,15 +193,16 @@ func (r *Remember) evaluate(ctx context.Context, hits []Hit, now time.Time, out 
 		m := refusal{cost: h.Cost, limit: limit, burst: burst, window: h.Rule.Window, algorithm: h.Rule.Algorithm,
 			remaining: d.Remaining, reset: now.Add(d.ResetAfter), refused: !d.Allowed}
 		if m.refused {
-			m.until = now.Add(d.RetryAfter)
+			m.until, m.keep = now.Add(d.RetryAfter), now.Add(kept(h, d))
 		} else {
 			m.until, m.next = now.Add(longest), now.Add(d.NextAfter)
+			m.keep = m.until
 		}
 		k := memoryKey{h.Rule.Name, h.Key.s}
 		s := r.shard(k)
 		s.mu.Lock()
 		evicted := false
-		if old, ok := s.lru.Peek(k); m.refused || !ok || !old.refused || !now.Before(old.until) {
+		if old, ok := s.lru.Peek(k); m.refused || !ok || !old.refused || !now.Before(old.keep) {
 			evicted = s.lru.Add(k, m) // a snapshot never replaces a live refusal
 		}
 		s.mu.Unlock()
@@ -213,7 +234,7 @@ func (r *Remember) recall(hits []Hit, now time.Time, out []Decision) bool {
 			s := r.shard(k)
 			s.mu.Lock()
 			m, ok = s.lru.Get(k)
-			if ok && !now.Before(m.until) {
+			if ok && !now.Before(m.keep) {
 				s.lru.Remove(k) // the wait is over: forget it
 				ok = false
 			}
@@ -269,14 +290,14 @@ func (r *Remember) Forget(rule string, key Key) {
 	}
 }
 
-// Sweep drops the refusals whose wait has ended by now.
+// Sweep drops the refusals no longer remembered at now (their wait over).
 func (r *Remember) Sweep(now time.Time) int {
 	n := 0
 	for i := range r.shards {
 		s := &r.shards[i]
 		s.mu.Lock()
 		for _, k := range s.lru.Keys() {
-			if m, ok := s.lru.Peek(k); ok && !now.Before(m.until) {
+			if m, ok := s.lru.Peek(k); ok && !now.Before(m.keep) {
 				s.lru.Remove(k)
 				n++
 			}

@@ -1,6 +1,9 @@
 package limits
 
-import "time"
+import (
+	"sort"
+	"time"
+)
 
 // maxSlots bounds the memory of one sliding-window key whatever its limit
 // (SPEC §7.3): up to this many time slots are kept. A rule whose limit fits
@@ -10,7 +13,8 @@ import "time"
 // window/1000 early and never admits more than the limit.
 const maxSlots = 1000
 
-// slot is one or more admissions counted together.
+// slot is one or more admissions counted together; it holds at least one
+// unit (a slot a refund empties is dropped).
 type slot struct {
 	at int64 // unix ns of the latest admission in the slot
 	n  int64 // cost units
@@ -23,6 +27,10 @@ type window struct {
 	size int32
 	used int64 // sum of n over live slots
 	span int64 // window length, ns
+	// gone is the latest time up to which slots were dropped as expired:
+	// an admission counted then or before may have lost its slot (see
+	// refund).
+	gone int64
 }
 
 func newWindow(span time.Duration) *window {
@@ -39,6 +47,7 @@ func (w *window) expire(now int64) {
 		if s.at > now-w.span {
 			return
 		}
+		w.gone = max(w.gone, now-w.span)
 		w.used -= s.n
 		w.head = int32((int(w.head) + 1) % len(w.ring))
 		w.size--
@@ -54,9 +63,11 @@ func (w *window) idle(now int64) bool {
 // decide evaluates cost at now against limit without recording it. The
 // caller must have called expire(now).
 func (w *window) decide(now, cost, limit int64) Decision {
-	d := Decision{Limit: limit, Allowed: w.used+cost <= limit}
+	// A settled charge may have taken used past the limit; a cost of 0
+	// still reads the state.
+	d := Decision{Limit: limit, Allowed: cost == 0 || w.used+cost <= limit}
 	if d.Allowed {
-		d.Remaining = limit - w.used
+		d.Remaining = max(limit-w.used, 0)
 	} else {
 		d.Remaining = max(limit-w.used, 0)
 		d.RetryAfter = w.retryAfter(now, cost, limit)
@@ -97,6 +108,15 @@ func (w *window) record(now, cost, limit int64, d *Decision) {
 	if cost == 0 {
 		return // nothing to count; must not move a slot's expiry
 	}
+	at := w.add(now, cost, limit)
+	d.Remaining = max(limit-w.used, 0)
+	w.fillAfters(now, d)
+	d.Ticket = Ticket{at: at, set: true}
+}
+
+// add counts cost (> 0) at now, in a slot of its own or merged into the
+// newest one as place says, and returns the time it is counted at.
+func (w *window) add(now, cost, limit int64) int64 {
 	at, merge, capacity := w.place(now, limit)
 	if merge {
 		// Merging moves the slot's earlier admissions later: it can only
@@ -112,8 +132,47 @@ func (w *window) record(now, cost, limit int64, d *Decision) {
 		w.size++
 	}
 	w.used += cost
-	d.Remaining = max(limit-w.used, 0)
-	w.fillAfters(now, d)
+	return at
+}
+
+// refund gives back up to n units of the admission counted at ticket
+// (the time add returned), at now: taken out of its slot, never more than
+// the slot holds, and only while the admission is in the window. Merging
+// only moves a slot's time later and slots never share a time, so while
+// no slot counted at ticket or later was dropped, the first slot counted
+// at ticket or later is the admission's. A slot left empty is dropped.
+func (w *window) refund(ticket, now, n int64) {
+	if ticket+w.span <= now || ticket <= w.gone {
+		// It has left the window, or its slot may have been dropped (at a
+		// clock read later than now) and the first slot at ticket or later
+		// is someone else's: nothing to give back.
+		return
+	}
+	i := sort.Search(int(w.size), func(i int) bool { return w.at(i).at >= ticket })
+	if i == int(w.size) {
+		return
+	}
+	s := w.at(i)
+	n = min(n, s.n)
+	s.n -= n
+	w.used -= n
+	if s.n == 0 {
+		w.remove(i)
+	}
+}
+
+// remove drops the i-th slot, keeping the others in order.
+func (w *window) remove(i int) {
+	if i == 0 {
+		w.head = int32((int(w.head) + 1) % len(w.ring))
+	} else {
+		for j := i; j < int(w.size)-1; j++ {
+			*w.at(j) = *w.at(j + 1)
+		}
+	}
+	if w.size--; w.size == 0 {
+		w.head = 0
+	}
 }
 
 // preview updates d to the state record would leave, recording nothing.
@@ -133,18 +192,23 @@ func (w *window) preview(now, cost, limit int64, d *Decision) {
 
 // place is where record counts an admission at now: the time it is
 // counted at, whether it merges into the newest slot, and the ring's
-// capacity under limit.
+// capacity under limit. An admission counted at the newest slot's time
+// joins it (they leave the window together: merging them is exact), so
+// no two slots share a time and a time names a slot (see refund).
 func (w *window) place(now, limit int64) (at int64, merge bool, capacity int64) {
+	tie := false
 	if w.size > 0 {
 		// A clock that went backwards must not break the time order of the
 		// ring: count the admission at the latest time seen.
-		now = max(now, w.at(int(w.size)-1).at)
+		newest := w.at(int(w.size) - 1).at
+		tie = now <= newest
+		now = max(now, newest)
 	}
-	capacity = min(limit, maxSlots)
+	capacity = max(min(limit, maxSlots), 1)
 	if limit > maxSlots {
 		capacity = maxSlots + 1 // live slots span up to 1001 distinct 1/1000 buckets
 	}
-	merge = w.size > 0 && (int64(w.size) >= capacity || (limit > maxSlots && sameBucket(w.at(int(w.size)-1).at, now, w.span)))
+	merge = w.size > 0 && (tie || int64(w.size) >= capacity || (limit > maxSlots && sameBucket(w.at(int(w.size)-1).at, now, w.span)))
 	return now, merge, capacity
 }
 
