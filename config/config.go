@@ -36,6 +36,9 @@ type Config struct {
 	LogFormat        string
 	TierFrom         string // where a caller's plan comes from: header:NAME (SPEC §7.4)
 	MaxDelayed       int64  // most requests held by delay rules at once
+	// OutputTokenReserve is the output a total_tokens rule reserves for a
+	// request that names no max_tokens (SPEC §8).
+	OutputTokenReserve int64
 
 	// Rules are the file's [[rule]] tables (SPEC §7), in file order.
 	Rules []Rule
@@ -70,27 +73,28 @@ var DefaultProtectedPaths = []string{
 // and nothing set. It is the single place defaults live.
 func Default() Config {
 	return Config{
-		ListenAddr:       ":8080",
-		AdminAddr:        "127.0.0.1:9090",
-		ChatRPM:          20,
-		MaxInputTokens:   2000,
-		MaxFileBytes:     10 << 20,
-		MaxBodyBytes:     10<<20 + 1<<20,
-		ProtectedPaths:   append([]string(nil), DefaultProtectedPaths...),
-		IPv6Prefix:       64,
-		RedisPrefix:      "ratelimit-proxy:",
-		RedisTimeout:     50 * time.Millisecond,
-		RedisInstances:   1,
-		FailOpen:         FailOpenTrue,
-		RateLimitEnabled: true,
-		MaxTrackedKeys:   1_000_000,
-		RefusalCacheSize: 100_000,
-		UpstreamTimeout:  300 * time.Second,
-		ShutdownTimeout:  30 * time.Second,
-		ErrorFormat:      "auto",
-		LogLevel:         "info",
-		LogFormat:        "text",
-		MaxDelayed:       1000,
+		ListenAddr:         ":8080",
+		AdminAddr:          "127.0.0.1:9090",
+		ChatRPM:            20,
+		MaxInputTokens:     2000,
+		MaxFileBytes:       10 << 20,
+		MaxBodyBytes:       10<<20 + 1<<20,
+		ProtectedPaths:     append([]string(nil), DefaultProtectedPaths...),
+		IPv6Prefix:         64,
+		RedisPrefix:        "ratelimit-proxy:",
+		RedisTimeout:       50 * time.Millisecond,
+		RedisInstances:     1,
+		FailOpen:           FailOpenTrue,
+		RateLimitEnabled:   true,
+		MaxTrackedKeys:     1_000_000,
+		RefusalCacheSize:   100_000,
+		UpstreamTimeout:    300 * time.Second,
+		ShutdownTimeout:    30 * time.Second,
+		ErrorFormat:        "auto",
+		LogLevel:           "info",
+		LogFormat:          "text",
+		MaxDelayed:         1000,
+		OutputTokenReserve: 1024,
 	}
 }
 

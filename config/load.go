@@ -188,6 +188,7 @@ var settings = []setting{
 	str("log_format", func(c *Config) *string { return &c.LogFormat }),
 	str("tier_from", func(c *Config) *string { return &c.TierFrom }),
 	integer("max_delayed", func(c *Config) *int64 { return &c.MaxDelayed }),
+	integer("output_token_reserve", func(c *Config) *int64 { return &c.OutputTokenReserve }),
 }
 
 // ErrFile wraps a configuration file that cannot be read or parsed; no

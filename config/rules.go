@@ -28,7 +28,7 @@ type Rule struct {
 	Window       time.Duration
 	Burst        int64 // token_bucket: capacity; meaningful when BurstSet
 	BurstSet     bool
-	Cost         string // "requests"
+	Cost         string // CostRequests, CostInputTokens or CostTotalTokens
 	Action       string // "reject", "delay" or "shadow"
 	MaxDelay     time.Duration
 	Tiers        []Tier     // sorted by plan
@@ -66,6 +66,8 @@ const (
 	MissingSkip      = "skip"
 	MissingReject    = "reject"
 	CostRequests     = "requests"
+	CostInputTokens  = "input_tokens" // the input estimate, charged at admission (SPEC §8)
+	CostTotalTokens  = "total_tokens" // estimate plus requested output, settled to the reported usage
 )
 
 // BuiltinRule is the name of the rule CHAT_RPM makes.

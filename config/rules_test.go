@@ -122,7 +122,8 @@ func TestRuleErrorsNameRuleAndField(t *testing.T) {
 		{"[[rule]]\nname = \"x\"\nlimit = 1\npaths = [\"v1/chat\"]\n", `rule "x": paths "v1/chat": a path starts with /`},
 		{"[[rule]]\nname = \"x\"\nlimit = 1\ntiers = { free = 1 }\n", `rule "x": tiers: needs tier_from`},
 		{"[[rule]]\nname = \"x\"\nlimit = 1\noverrides = { \"ip=1.2.3.4\" = 5 }\n", `rule "x": overrides "ip=1.2.3.4": not a key of this rule: write "caller=…"`},
-		{"[[rule]]\nname = \"x\"\nlimit = 1\ncost = \"usd\"\n", `rule "x": cost "usd": token and money budgets`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\ncost = \"usd\"\n", `rule "x": cost "usd": money budgets`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\ncost = \"tokens\"\n", `rule "x": cost "tokens": must be "requests", "input_tokens" or "total_tokens"`},
 		{"[[rule]]\nname = \"x\"\nlimit = 1\nwhen = { \"header:X-Env\" = 1 }\n", `rule "x": when 1: header:X-Env: the value is not a string`},
 		{"tier_from = \"cookie:plan\"\n", `tier_from = "cookie:plan": write "header:NAME"`},
 	} {

@@ -97,11 +97,11 @@ func (c *Config) validateRules() []error {
 			bad("window", durationText(r.Window), "must be at least 1s")
 		}
 		switch r.Cost {
-		case CostRequests:
-		case "input_tokens", "total_tokens", "usd":
-			bad("cost", r.Cost, `token and money budgets (SPEC §8) are not in this release: only "requests"`)
+		case CostRequests, CostInputTokens, CostTotalTokens:
+		case "usd":
+			bad("cost", r.Cost, `money budgets (SPEC §8.1) are not in this release: "requests", "input_tokens" or "total_tokens"`)
 		default:
-			bad("cost", r.Cost, `must be "requests"`)
+			bad("cost", r.Cost, `must be "requests", "input_tokens" or "total_tokens"`)
 		}
 		switch r.Action {
 		case ActionReject, ActionShadow:

@@ -103,6 +103,9 @@ func (c *Config) Validate() error {
 	if c.MaxDelayed < 0 {
 		bad("max_delayed", c.MaxDelayed, "must not be negative")
 	}
+	if c.OutputTokenReserve < 0 {
+		bad("output_token_reserve", c.OutputTokenReserve, "must not be negative")
+	}
 	errs = append(errs, c.validateRules()...)
 	return errors.Join(errs...)
 }
