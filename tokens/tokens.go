@@ -133,3 +133,13 @@ func (o otherProvider) countBytes(text []byte, limit int) int {
 	}
 	return max(h, o.cl100k.countBytes(text, limit))
 }
+
+// CountText counts text as Count does, without a limit and without copying
+// it; an encoding that cannot load counts by the characters rule.
+func (t *Tokenizer) CountText(model string, text []byte) int {
+	c := t.counterFor(model)
+	if err := load(c); err != nil {
+		return t.other.countBytes(text, -1)
+	}
+	return c.countBytes(text, -1)
+}

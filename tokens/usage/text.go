@@ -1,0 +1,288 @@
+package usage
+
+import (
+	"bytes"
+	"unicode/utf8"
+)
+
+// counter gathers output text and counts it with fn in batches of max
+// bytes, so the text held stays bounded whatever the body holds.
+type counter struct {
+	fn    func([]byte) int
+	max   int
+	text  []byte
+	total int64
+}
+
+// write adds text; every time max bytes are gathered they are counted and
+// dropped, so batches fall at the same places however the text arrives.
+func (c *counter) write(b []byte) {
+	for len(b) > 0 {
+		n := min(c.max-len(c.text), len(b))
+		c.text = append(c.text, b[:n]...)
+		b = b[n:]
+		if len(c.text) >= c.max {
+			c.flush()
+		}
+	}
+}
+
+// flush counts the text gathered and drops it.
+func (c *counter) flush() {
+	if len(c.text) == 0 {
+		return
+	}
+	if n := c.fn(c.text); n > 0 {
+		c.total += int64(n)
+	}
+	c.text = c.text[:0]
+}
+
+// str adds the contents of v when it is a JSON string (cut short or not),
+// its escapes decoded.
+func (c *counter) str(v []byte) {
+	if len(v) == 0 || v[0] != '"' {
+		return
+	}
+	s := v[1:]
+	if e, ok := skipString(v, 0); ok {
+		s = v[1 : e-1]
+	}
+	for len(s) > 0 {
+		i := bytes.IndexByte(s, '\\')
+		if i < 0 {
+			c.write(s)
+			return
+		}
+		c.write(s[:i])
+		s = c.escape(s[i:])
+	}
+}
+
+// escape adds the escape at the start of s and returns what follows it.
+func (c *counter) escape(s []byte) []byte {
+	if len(s) < 2 {
+		return nil
+	}
+	var ch byte
+	switch s[1] {
+	case 'n':
+		ch = '\n'
+	case 't':
+		ch = '\t'
+	case 'r':
+		ch = '\r'
+	case 'b':
+		ch = '\b'
+	case 'f':
+		ch = '\f'
+	case 'u':
+		r, n := unicodeEscape(s)
+		var buf [utf8.UTFMax]byte
+		c.write(utf8.AppendRune(buf[:0], r))
+		return s[n:]
+	default: // '"', '\\', '/', and anything else as itself
+		ch = s[1]
+	}
+	c.write([]byte{ch})
+	return s[2:]
+}
+
+// unicodeEscape decodes the \uXXXX (a surrogate pair taking two) at the
+// start of s: the rune and the bytes it took. A bad one is U+FFFD.
+func unicodeEscape(s []byte) (rune, int) {
+	r, ok := hex4(s)
+	if !ok {
+		return utf8.RuneError, 2
+	}
+	if r < 0xD800 || r >= 0xE000 {
+		return r, 6
+	}
+	if r < 0xDC00 && len(s) >= 12 && s[6] == '\\' && s[7] == 'u' {
+		if lo, ok := hex4(s[6:]); ok && lo >= 0xDC00 && lo < 0xE000 {
+			return 0x10000 + (r-0xD800)<<10 + (lo - 0xDC00), 12
+		}
+	}
+	return utf8.RuneError, 6
+}
+
+// hex4 reads the four hex digits after "\u" at the start of s.
+func hex4(s []byte) (rune, bool) {
+	if len(s) < 6 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range s[2:6] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
+// arguments adds tool-call arguments: a JSON string's contents, or an
+// object (Ollama) as its JSON text.
+func (c *counter) arguments(v []byte) {
+	if len(v) > 0 && v[0] == '{' {
+		c.write(v)
+		return
+	}
+	c.str(v)
+}
+
+// eventText adds the output text of one stream event: OpenAI's
+// choices[].delta (content, refusal, reasoning, tool-call arguments) and
+// choices[].text, the Responses API's text deltas, Anthropic's
+// content_block_delta, Ollama's message and response. An error event has
+// none.
+func eventText(c *counter, p []byte) {
+	var typ, choices, delta, message, response []byte
+	o := openObject(p, 0)
+	for m, ok := o.next(); ok; m, ok = o.next() {
+		v := p[m.vs:m.ve]
+		switch string(m.key) {
+		case "error":
+			if !isNull(v) {
+				return
+			}
+		case "type":
+			typ = v
+		case "choices":
+			choices = v
+		case "delta":
+			delta = v
+		case "message":
+			message = v
+		case "response":
+			response = v
+		}
+	}
+	choicesText(c, choices)
+	if delta != nil {
+		switch t := unquoted(typ); {
+		case isTextType(t):
+			c.str(delta)
+		case string(t) == "content_block_delta":
+			o := openObject(delta, 0)
+			for m, ok := o.next(); ok; m, ok = o.next() {
+				switch string(m.key) {
+				case "text", "partial_json", "thinking":
+					c.str(delta[m.vs:m.ve])
+				}
+			}
+		}
+	}
+	messageText(c, message)
+	c.str(response)
+}
+
+// docText adds the output text of one JSON document: OpenAI's
+// choices[].message and choices[].text, the Responses API's output[],
+// Anthropic's content[], Ollama's message and response. An error answer
+// has none.
+func docText(c *counter, doc []byte) {
+	var choices, output, content, message, response []byte
+	o := openObject(doc, 0)
+	for m, ok := o.next(); ok; m, ok = o.next() {
+		v := doc[m.vs:m.ve]
+		switch string(m.key) {
+		case "error":
+			if !isNull(v) {
+				return
+			}
+		case "choices":
+			choices = v
+		case "output":
+			output = v
+		case "content":
+			content = v
+		case "message":
+			message = v
+		case "response":
+			response = v
+		}
+	}
+	choicesText(c, choices)
+	a := openArray(output)
+	for item, ok := a.next(); ok; item, ok = a.next() {
+		o := openObject(item, 0)
+		for m, ok := o.next(); ok; m, ok = o.next() {
+			v := item[m.vs:m.ve]
+			switch string(m.key) {
+			case "content", "summary":
+				partsText(c, v)
+			case "arguments", "input":
+				c.arguments(v)
+			}
+		}
+	}
+	partsText(c, content)
+	messageText(c, message)
+	c.str(response)
+}
+
+// choicesText adds the text of OpenAI's choices: delta or message, and
+// text.
+func choicesText(c *counter, v []byte) {
+	a := openArray(v)
+	for ch, ok := a.next(); ok; ch, ok = a.next() {
+		o := openObject(ch, 0)
+		for m, ok := o.next(); ok; m, ok = o.next() {
+			switch string(m.key) {
+			case "delta", "message":
+				messageText(c, ch[m.vs:m.ve])
+			case "text":
+				c.str(ch[m.vs:m.ve])
+			}
+		}
+	}
+}
+
+// messageText adds the text of a message or delta object: content (a
+// string or parts), refusal, reasoning, tool-call arguments.
+func messageText(c *counter, v []byte) {
+	o := openObject(v, 0)
+	for m, ok := o.next(); ok; m, ok = o.next() {
+		val := v[m.vs:m.ve]
+		switch string(m.key) {
+		case "content":
+			c.str(val)
+			partsText(c, val)
+		case "refusal", "reasoning_content", "reasoning", "thinking":
+			c.str(val)
+		case "tool_calls":
+			a := openArray(val)
+			for call, ok := a.next(); ok; call, ok = a.next() {
+				c.arguments(lookup(lookup(call, "function"), "arguments"))
+			}
+		case "function_call":
+			c.arguments(lookup(val, "arguments"))
+		}
+	}
+}
+
+// partsText adds the text of an array of content parts or blocks: text,
+// refusal, thinking, and a tool_use block's input as JSON text.
+func partsText(c *counter, v []byte) {
+	a := openArray(v)
+	for part, ok := a.next(); ok; part, ok = a.next() {
+		o := openObject(part, 0)
+		for m, ok := o.next(); ok; m, ok = o.next() {
+			val := part[m.vs:m.ve]
+			switch string(m.key) {
+			case "text", "refusal", "thinking":
+				c.str(val)
+			case "input":
+				c.arguments(val)
+			}
+		}
+	}
+}
