@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -74,7 +75,7 @@ func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time, pol *policy, 
 		if !protected {
 			return true
 		}
-		return p.readBody(x, r, in, now, protected, false, nil) && p.tokenCap(x, r, in)
+		return p.readBody(x, r, in, now, protected, false, nil, -1) && p.tokenCap(x, r, in)
 	}
 
 	// 3. A caller already over a rule that needs no body is refused
@@ -95,7 +96,7 @@ func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time, pol *policy, 
 
 	// 4. The body, its size and (protected) its tokens, with the body key
 	// parts in the same pass.
-	if !p.readBody(x, r, in, now, protected, true, bodyFields(cands)) {
+	if !p.readBody(x, r, in, now, protected, true, bodyFields(cands), countFor(cands)) {
 		return false
 	}
 
@@ -143,6 +144,14 @@ func (p *Proxy) addHit(x *exchange, r *http.Request, in *keyInput, ru *rule) boo
 		return false
 	}
 	h := limits.Hit{Rule: ru.lim, Key: key, Cost: 1}
+	if ru.cost.tokens() {
+		if x.apiPath != "" && x.est.Stopped {
+			// Past MAX_INPUT_TOKENS: the token cap refuses it, and a prompt
+			// that never reaches the model is charged no tokens.
+			return true
+		}
+		h.Cost = p.tokenCost(x, in, ru.cost)
+	}
 	eff, own := tierLimit{}, false
 	if ru.tiers != nil && in.plan != "" {
 		eff, own = ru.tiers[in.plan]
@@ -169,6 +178,10 @@ func (p *Proxy) addHit(x *exchange, r *http.Request, in *keyInput, ru *rule) boo
 // decide decides the batch at now, all-or-nothing, holding the request
 // while delay rules allow it (SPEC §7.3), and answers 429 when refused.
 func (p *Proxy) decide(x *exchange, r *http.Request, in *keyInput, now time.Time) bool {
+	if i := oversized(x); i >= 0 {
+		p.tooCostly(x, r, in, now, i)
+		return false
+	}
 	arrived := now
 	held := false
 	for {
@@ -187,6 +200,7 @@ func (p *Proxy) decide(x *exchange, r *http.Request, in *keyInput, now time.Time
 			if held {
 				p.unhold(x, "admitted")
 			}
+			p.admitted(x, r, in)
 			return true
 		}
 		if !p.holdable(x, now.Sub(arrived)) {
@@ -293,20 +307,15 @@ func firstRefusing(x *exchange) int {
 	return 0
 }
 
-// fewestRemaining picks the applying enforcing rule X-RateLimit-* describe:
-// the fewest remaining, the first in evaluation order among equals. false
-// when only shadow rules applied (no headers).
+// fewestRemaining picks the applying enforcing rule X-RateLimit-* describe
+// (SPEC §7.3, §8): the request rule with the fewest remaining, else the
+// token rule; false when only shadow rules applied (no headers).
 func (p *Proxy) fewestRemaining(x *exchange) (bool, int) {
-	best := -1
-	for i, ru := range x.rules {
-		if ru.action == actShadow {
-			continue
-		}
-		if best < 0 || x.out[i].Remaining < x.out[best].Remaining {
-			best = i
-		}
+	if i := fewest(x, costRequests); i >= 0 {
+		return true, i
 	}
-	return best >= 0, max(best, 0)
+	i := fewest(x, costInput)
+	return i >= 0, max(i, 0)
 }
 
 // observeRules counts each rule's decision, logs and counts what shadow
@@ -362,7 +371,10 @@ func (p *Proxy) loggedKey(in *keyInput, ru *rule) string {
 // counted. fields, when some applying rule reads the body, are read in the
 // same pass. The admitted body is then forwarded from that copy, byte for
 // byte.
-func (p *Proxy) readBody(x *exchange, r *http.Request, in *keyInput, now time.Time, protected, needBody bool, fields *tokens.Fields) bool {
+//
+// On an unprotected route, count >= 0 asks for the tokens too (a token
+// rule applies), counted up to count.
+func (p *Proxy) readBody(x *exchange, r *http.Request, in *keyInput, now time.Time, protected, needBody bool, fields *tokens.Fields, count int64) bool {
 	// Content_Encoding: CGI and WSGI servers read the _ spelling as the same header.
 	if ce := slices.Concat(r.Header["Content-Encoding"], r.Header["Content_encoding"]); len(ce) > 0 && !identityOnly(ce) {
 		x.decision = decUnsupportedEncoding
@@ -405,8 +417,15 @@ func (p *Proxy) readBody(x *exchange, r *http.Request, in *keyInput, now time.Ti
 	req := tokens.Request{Format: x.format, ContentType: ct, Body: body.readerAt(), Size: body.size, Fields: fields}
 	in.fields = fields
 	switch {
-	case protected:
-		est, err := p.tokens.Estimate(req, int(p.cfg.MaxInputTokens))
+	case protected || count >= 0:
+		if !protected {
+			count = min(count, math.MaxInt32)
+			x.format = tokens.FormatForPath(in.path)
+			req.Format = x.format
+		} else {
+			count = p.cfg.MaxInputTokens
+		}
+		est, err := p.tokens.Estimate(req, int(count))
 		if err != nil {
 			return p.unreadable(x, r, err)
 		}
@@ -486,6 +505,7 @@ func (p *Proxy) invalid(x *exchange, r *http.Request, message string) {
 func (p *Proxy) refuse(x *exchange, r *http.Request, in *keyInput) {
 	x.decision = decRateLimited
 	first := firstRefusing(x)
+	show := -1
 	var violated []string
 	var wait time.Duration
 	for i, ru := range x.rules {
@@ -494,9 +514,19 @@ func (p *Proxy) refuse(x *exchange, r *http.Request, in *keyInput) {
 		}
 		violated = append(violated, ru.lim.Name)
 		wait = max(wait, x.out[i].RetryAfter)
-		x.out[i].Remaining = 0
+		if !ru.cost.tokens() {
+			x.out[i].Remaining = 0 // a token rule shows what is left: a smaller request may fit
+			if show < 0 {
+				show = i
+			}
+		}
 	}
-	x.limited, x.show = true, first
+	// X-RateLimit-* describe the first refusing request rule, else the
+	// first refusing rule (SPEC §8).
+	if show < 0 {
+		show = first
+	}
+	x.limited, x.show, x.refused = true, show, true
 	h := &x.hits[first]
 	d := &x.out[first]
 	retry := max(ceilSeconds(wait), 1)

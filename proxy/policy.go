@@ -56,8 +56,11 @@ type rule struct {
 	// needsBody: a key part or condition is read from the body, so the
 	// rule is decided after the body has been read.
 	needsBody bool
-	// fields are the rule's body key parts, for the body reader.
+	// fields are the rule's body key parts (and a total_tokens rule's
+	// output fields), for the body reader.
 	fields  tokens.Fields
+	cost    costKind
+	maxCost int64 // a token rule's largest limit, burst, tier or override
 	metrics *ruleMetrics
 }
 
@@ -140,8 +143,23 @@ func (pol *policy) compileRule(cr *config.Rule, index int, rm *ruleMetricSet) (*
 	if err := lim.Validate(); err != nil {
 		return nil, err
 	}
-	ru := &rule{lim: lim, headers: newRuleHeaders(lim), index: index, reject: cr.OnMissingKey == config.MissingReject,
+	// A refund can shorten a refusal's wait (SPEC §4.2).
+	lim.Settles = cr.Cost == config.CostTotalTokens
+	ru := &rule{lim: lim, index: index, reject: cr.OnMissingKey == config.MissingReject,
 		maxDelay: cr.MaxDelay, burstSet: cr.BurstSet, metrics: rm.rule(cr.Name)}
+	switch cr.Cost {
+	case config.CostInputTokens:
+		ru.cost = costInput
+	case config.CostTotalTokens:
+		ru.cost = costTotal
+		ru.fields.JSON = append(ru.fields.JSON, outputJSON...)
+		ru.fields.Form = append(ru.fields.Form, outputForm...)
+	}
+	ru.needsBody = ru.cost.tokens() // the estimate is the cost
+	if ru.cost.tokens() {
+		ru.metrics.tokens = rm.budget.rule(cr.Name)
+	}
+	ru.headers = newRuleHeaders(lim, ru.cost)
 	switch cr.Action {
 	case config.ActionDelay:
 		ru.action = actDelay
@@ -193,6 +211,13 @@ func (pol *policy) compileRule(cr *config.Rule, index int, rm *ruleMetricSet) (*
 			ru.override[o.Key] = tierLimit{limit: o.Limit, unlimited: o.Unlimited}
 		}
 	}
+	ru.maxCost = max(lim.Limit, lim.Burst)
+	for _, t := range ru.tiers {
+		ru.maxCost = max(ru.maxCost, t.limit)
+	}
+	for _, o := range ru.override {
+		ru.maxCost = max(ru.maxCost, o.limit)
+	}
 	return ru, nil
 }
 
@@ -208,7 +233,7 @@ func (ru *rule) compilePart(part string) (keyPart, error) {
 	}
 	kind, name, _ := strings.Cut(part, ":")
 	kp.name = name
-	field := func(list *[]string) {
+	field := func(list *[]string) { // once each; a total_tokens rule's output fields may be among them
 		if !slices.Contains(*list, name) {
 			*list = append(*list, name)
 		}
@@ -274,6 +299,7 @@ type ruleMetricSet struct {
 	usage     *prometheus.GaugeVec
 	delayed   *prometheus.CounterVec
 	held      prometheus.Gauge
+	budget    *budgetMetrics
 }
 
 // ruleMetrics are one rule's children, resolved once.
@@ -284,6 +310,7 @@ type ruleMetrics struct {
 	delayedAdmitted           prometheus.Counter
 	delayedRefused            prometheus.Counter
 	delayedGone               prometheus.Counter
+	tokens                    tokenMetrics // token rules only
 }
 
 func newRuleMetricSet(reg prometheus.Registerer) (*ruleMetricSet, error) {
@@ -314,7 +341,9 @@ func newRuleMetricSet(reg prometheus.Registerer) (*ruleMetricSet, error) {
 			return nil, err
 		}
 	}
-	return m, nil
+	var err error
+	m.budget, err = newBudgetMetrics(reg)
+	return m, err
 }
 
 func (m *ruleMetricSet) rule(name string) *ruleMetrics {
@@ -332,8 +361,11 @@ func (m *ruleMetricSet) rule(name string) *ruleMetrics {
 
 // policyItem renders a rule's RateLimit-Policy item for an effective
 // limit: "name";q=L;w=W, with ;burst=B for a token bucket.
-func policyItem(ru *limits.Rule, quoted string, limit, burst int64) string {
+func policyItem(ru *limits.Rule, quoted string, limit, burst int64, c costKind) string {
 	s := quoted + ";q=" + strconv.FormatInt(limit, 10) + ";w=" + strconv.FormatInt(ceilSeconds(ru.Window), 10)
+	if c.tokens() {
+		s += `;qu="tokens"`
+	}
 	if ru.Algorithm == limits.TokenBucket {
 		s += ";burst=" + strconv.FormatInt(burst, 10)
 	}

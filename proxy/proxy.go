@@ -20,6 +20,7 @@ import (
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
+	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/usage"
 	"github.com/ratelimit-proxy/ratelimit-proxy/upstream"
 )
 
@@ -149,6 +150,7 @@ func New(o Options) (*Proxy, error) {
 		ErrorHandler:          p.upstreamError,
 		Transport:             rt, // one connection pool for both handlers
 		OutgoingBody:          outgoingBody,
+		ModifyResponse:        p.modifyResponse,
 	}
 	p.forward = upstream.New(uo)
 	uo.NoUpgrade = true
@@ -195,14 +197,19 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.forwardedAt = p.now()
 		x.route.guard.Observe(x.forwardedAt.Sub(start).Seconds())
 		if !pass {
+			p.settle(x, usage.Result{}) // admitted by the token rules, then refused: nothing reached the model
 			x.route.requests[x.decision].Inc()
 			return
 		}
+		r = withBudget(x, r)
 		if protected {
 			p.guarded.ServeHTTP(x, r)
 		} else {
 			p.forward.ServeHTTP(x, r) // a rule's own route: upgrades pass, as on any unprotected route
 		}
+		// No response body to read (the upstream failed, the client left
+		// first): the input estimate alone is charged.
+		p.settle(x, usage.Result{})
 	} else {
 		x.forwardedAt = p.now()
 		p.forward.ServeHTTP(x, r)

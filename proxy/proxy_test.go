@@ -231,6 +231,10 @@ func (failingStore) Reset(context.Context, *limits.Rule, limits.Key) error {
 	return errors.New("connection refused")
 }
 
+func (failingStore) Settle(context.Context, []limits.Settlement, time.Time) error {
+	return errors.New("connection refused")
+}
+
 func TestFailOpenAndClosed(t *testing.T) {
 	open := newFixture(t, func(_ *config.Config, o *proxy.Options) { o.Store = failingStore{} })
 	w := open.do("/api/chat", "203.0.113.7:1")

@@ -442,6 +442,8 @@ func metric(t *testing.T, f *fixture, name string, want map[string]string) float
 				return m.GetCounter().GetValue()
 			case m.GetGauge() != nil:
 				return m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				return float64(m.GetHistogram().GetSampleCount())
 			}
 		}
 	}

@@ -32,12 +32,14 @@ type exchange struct {
 	// X-RateLimit-* from out[show].
 	limited bool
 	show    int
+	refused bool // a 429: X-RateLimit-Remaining is 0 whatever rule it describes
 	hits    []limits.Hit
 	out     []limits.Decision
 	rules   []*rule
 	heldBy  *rule           // the first refusing rule when a delay rule held the request
 	keys    keyInput        // what key parts are read from
 	est     tokens.Estimate // the token count of a protected body
+	budget  budget          // token accounting (SPEC §8)
 	candBuf [maxInlineRules]*rule
 	hitBuf  [maxInlineRules]limits.Hit
 	outBuf  [maxInlineRules]limits.Decision
@@ -56,15 +58,17 @@ type ruleHeaders struct {
 	quoted string   // "chat_rpm", as a structured-field string
 	limit  []string // X-RateLimit-Limit
 	policy []string // RateLimit-Policy: "chat_rpm";q=20;w=60
+	cost   costKind
 }
 
-func newRuleHeaders(r *limits.Rule) *ruleHeaders {
+func newRuleHeaders(r *limits.Rule, c costKind) *ruleHeaders {
 	q := strconv.Quote(r.Name) // names are [a-z0-9_.-]: no escapes needed
 	return &ruleHeaders{
 		rule:   r,
 		quoted: q,
 		limit:  []string{strconv.FormatInt(r.Limit, 10)},
-		policy: []string{policyItem(r, q, r.Limit, r.Burst)},
+		policy: []string{policyItem(r, q, r.Limit, r.Burst, c)},
+		cost:   c,
 	}
 }
 
@@ -115,17 +119,30 @@ func (e *exchange) Write(b []byte) (int, error) {
 	return e.ResponseWriter.Write(b)
 }
 
-// stamp sets the X-RateLimit-* and RateLimit headers of SPEC §5 and
-// §7.3: X-RateLimit-* from the applying enforcing rule with the fewest
-// remaining (out[show]), RateLimit-Policy and RateLimit listing every
-// applying enforcing rule, in evaluation order. Shadow rules add nothing.
+// stamp sets the X-RateLimit-* and RateLimit headers of SPEC §5, §7.3 and
+// §8: X-RateLimit-* from the applying enforcing rule out[show] (the request
+// rule with the fewest remaining, else the token rule; on a 429 the
+// refusing rule), OpenAI's x-ratelimit-*-requests and -tokens from the
+// request rule and the token rule with the fewest remaining,
+// RateLimit-Policy and RateLimit listing every applying enforcing rule, in
+// evaluation order. Shadow rules add nothing.
 func (e *exchange) stamp(h http.Header) {
 	d := &e.out[e.show]
 	rh := e.rules[e.show].headers
 	remaining := intValue(d.Remaining)
 	h["X-Ratelimit-Limit"] = rh.limitValue(d.Limit)
-	h["X-Ratelimit-Remaining"] = remaining
+	if e.refused {
+		h["X-Ratelimit-Remaining"] = smallInts[0]
+	} else {
+		h["X-Ratelimit-Remaining"] = remaining
+	}
 	h["X-Ratelimit-Reset"] = intValue(ceilSeconds(d.ResetAfter))
+	if i := fewest(e, costRequests); i >= 0 {
+		e.openAI(h, i, "X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests")
+	}
+	if i := fewest(e, costInput); i >= 0 {
+		e.openAI(h, i, "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens")
+	}
 	n := 0
 	for _, ru := range e.rules {
 		if ru.action != actShadow {
@@ -158,6 +175,31 @@ func (e *exchange) stamp(h http.Header) {
 	h["Ratelimit"] = []string{state.String()}
 }
 
+// openAI sets OpenAI's rate-limit headers (limit, remaining, reset as a
+// duration such as 6m0s) from out[i].
+func (e *exchange) openAI(h http.Header, i int, limit, remaining, reset string) {
+	d := &e.out[i]
+	h[limit] = e.rules[i].headers.limitValue(d.Limit)
+	h[remaining] = intValue(d.Remaining)
+	h[reset] = []string{(time.Duration(ceilMillis(d.ResetAfter)) * time.Millisecond).String()}
+}
+
+// fewest is the applying enforcing rule counting requests (c is
+// costRequests) or tokens (otherwise) with the fewest remaining, the first
+// in evaluation order among equals; -1 when none applies.
+func fewest(x *exchange, c costKind) int {
+	best := -1
+	for i, ru := range x.rules {
+		if ru.action == actShadow || ru.cost.tokens() != c.tokens() {
+			continue
+		}
+		if best < 0 || x.out[i].Remaining < x.out[best].Remaining {
+			best = i
+		}
+	}
+	return best
+}
+
 // nextAfter is the RateLimit t parameter: the wait until the request
 // would be admitted when refused, else until more quota is available.
 func nextAfter(d *limits.Decision) time.Duration {
@@ -182,7 +224,7 @@ func (rh *ruleHeaders) policyValue(h *limits.Hit, limit int64) []string {
 	if limit == rh.rule.Limit && burst == rh.rule.Burst {
 		return rh.policy
 	}
-	return []string{policyItem(rh.rule, rh.quoted, limit, burst)}
+	return []string{policyItem(rh.rule, rh.quoted, limit, burst, rh.cost)}
 }
 
 // ceilSeconds rounds d up to whole seconds.

@@ -47,6 +47,9 @@ type Options struct {
 	// NopCloser around a bytes.Reader lets the transport write the headers
 	// and body in one syscall, which ReverseProxy's wrapper prevents.
 	OutgoingBody func(in *http.Request) io.ReadCloser
+	// ModifyResponse, when set, is ReverseProxy's: it may wrap the body of
+	// the upstream's response before it is copied to the client.
+	ModifyResponse func(*http.Response) error
 }
 
 // StatusClientClosed is the status ErrorHandler gets when the client
@@ -110,7 +113,8 @@ func New(o Options) *httputil.ReverseProxy {
 			setRealIP(pr.Out.Header, clientIP(pr.In))
 			pr.SetXForwarded() // ReverseProxy has dropped the inbound X-Forwarded-* and Forwarded
 		},
-		Transport: rt,
+		Transport:      rt,
+		ModifyResponse: o.ModifyResponse,
 		// FlushInterval 0: ReverseProxy already flushes every write of a
 		// text/event-stream or unknown-length (chunked) response, and
 		// batches writes of a sized body, which saves a syscall per 32 KiB.

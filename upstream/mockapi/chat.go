@@ -66,7 +66,10 @@ type chatChunk struct {
 	Created int64         `json:"created"`
 	Model   string        `json:"model"`
 	Choices []chunkChoice `json:"choices"`
-	Usage   *usage        `json:"usage,omitempty"`
+	// Usage is absent unless the request asked for it; then, as OpenAI
+	// does, every chunk carries "usage":null and a last chunk with no
+	// choices carries the usage.
+	Usage json.RawMessage `json:"usage,omitempty"`
 }
 
 func (s *server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
@@ -112,10 +115,14 @@ func (s *server) streamChat(w http.ResponseWriter, r *http.Request, id string, c
 
 	ctx := r.Context()
 	rc := http.NewResponseController(w)
+	var null json.RawMessage
+	if includeUsage {
+		null = json.RawMessage("null")
+	}
 	mk := func(d chunkDelta, finish *string) chatChunk {
 		return chatChunk{
 			ID: id, Object: "chat.completion.chunk", Created: created, Model: model,
-			Choices: []chunkChoice{{Delta: d, FinishReason: finish}},
+			Choices: []chunkChoice{{Delta: d, FinishReason: finish}}, Usage: null,
 		}
 	}
 
@@ -129,9 +136,10 @@ func (s *server) streamChat(w http.ResponseWriter, r *http.Request, id string, c
 	}
 	events = append(events, mk(chunkDelta{}, &stop))
 	if includeUsage {
+		raw, _ := json.Marshal(u)
 		events = append(events, chatChunk{
 			ID: id, Object: "chat.completion.chunk", Created: created, Model: model,
-			Choices: []chunkChoice{}, Usage: &u,
+			Choices: []chunkChoice{}, Usage: raw,
 		})
 	}
 

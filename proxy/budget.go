@@ -1,0 +1,380 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
+	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
+	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/usage"
+)
+
+// Token budgets (SPEC §8): a rule whose cost is input_tokens charges the
+// request's input estimate at admission; one whose cost is total_tokens
+// reserves the estimate plus the requested output, and when the response
+// ends the charge is settled to the usage the upstream reported (or, when
+// none came, the estimate plus the output text that passed).
+
+// costKind is what a rule counts (SPEC §7.1 cost).
+type costKind uint8
+
+const (
+	costRequests costKind = iota
+	costInput             // input_tokens
+	costTotal             // total_tokens
+)
+
+// tokens reports whether the rule counts tokens.
+func (c costKind) tokens() bool { return c != costRequests }
+
+// The body fields a total_tokens rule reads besides its key parts: the
+// output the request asks for (§8), how many choices, and whether it
+// streams with usage. They are decided members: a body that repeats one
+// is refused (SPEC §4.6).
+var (
+	outputJSON = []string{"max_tokens", "max_completion_tokens", "max_output_tokens", "n", "stream", "stream_options.include_usage"}
+	outputForm = []string{"max_tokens", "max_completion_tokens", "max_output_tokens", "n", "stream"}
+)
+
+// maxReserve bounds a reservation so that sums never overflow.
+const maxReserve = 1 << 50
+
+// budget is one request's token accounting, kept in its exchange.
+type budget struct {
+	scan    bool  // a token rule admitted the request: its response is read for usage
+	settle  bool  // a total_tokens charge was recorded: settle it when the response ends
+	strip   bool  // stream_options.include_usage was added upstream: the client does not see that usage
+	settled bool  // done (once)
+	input   int64 // the input estimate
+	model   string
+}
+
+// tokenCost is the cost of a token rule's hit: the input estimate, plus
+// the requested output for total_tokens.
+func (p *Proxy) tokenCost(x *exchange, in *keyInput, c costKind) int64 {
+	cost := int64(x.est.Tokens)
+	if c == costTotal {
+		cost = min(cost+requestedOutput(in, p.cfg.OutputTokenReserve), maxReserve)
+	}
+	return cost
+}
+
+// requestedOutput is the output a request may produce: the largest of
+// max_tokens, max_completion_tokens and max_output_tokens (else reserve),
+// times n choices.
+func requestedOutput(in *keyInput, reserve int64) int64 {
+	out := int64(0)
+	for _, name := range outputJSON[:3] {
+		if n, ok := tokenNumber(in.bodyField(name)); ok {
+			out = max(out, n)
+		}
+	}
+	if out <= 0 {
+		out = reserve
+	}
+	if n, ok := tokenNumber(in.bodyField("n")); ok && n > 1 {
+		out = min(out*min(n, 1<<10), maxReserve) // both < 2^50, 2^10: no overflow
+	}
+	return out
+}
+
+// bodyField is a JSON body's (else a form's) value of an output field.
+func (in *keyInput) bodyField(name string) string {
+	if in.fields == nil {
+		return ""
+	}
+	if v := found(in.fields.JSON, in.values.JSON, name); v != "" {
+		return v
+	}
+	return found(in.fields.Form, in.values.Form, name)
+}
+
+// tokenNumber reads a token count as sent: a JSON number (or its text in
+// a form), rounded up and bounded; false when it is none.
+func tokenNumber(s string) (int64, bool) {
+	if s == "" {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || math.IsNaN(f) {
+		return 0, false
+	}
+	return int64(min(max(math.Ceil(f), 0), maxReserve)), true
+}
+
+// oversized is the first enforcing token hit whose cost alone exceeds its
+// limit (a token bucket: its burst): it can never pass (413), whatever
+// the wait. -1 when there is none.
+func oversized(x *exchange) int {
+	for i, ru := range x.rules {
+		if !ru.cost.tokens() || ru.action == actShadow {
+			continue
+		}
+		if x.hits[i].Cost > capacity(&x.hits[i]) {
+			return i
+		}
+	}
+	return -1
+}
+
+// capacity is the most a hit's rule can ever admit at once: its limit,
+// or a token bucket's burst (nothing when its limit is 0).
+func capacity(h *limits.Hit) int64 {
+	limit, burst := h.Limits()
+	if h.Rule.Algorithm == limits.TokenBucket && limit > 0 {
+		return burst
+	}
+	return limit
+}
+
+// tooCostly answers 413 input_too_large for a request whose cost on rule i
+// alone exceeds what the rule can ever admit (SPEC §8): no wait would
+// help. The rate-limit headers show the rules' state from a peek; nothing
+// is recorded.
+func (p *Proxy) tooCostly(x *exchange, r *http.Request, in *keyInput, now time.Time, i int) {
+	x.sizeOut()
+	if _, err := p.store.Peek(r.Context(), x.hits, now, x.out); err == nil {
+		p.observeRules(x, in, r)
+		x.limited, x.show = p.fewestRemaining(x)
+	}
+	ru, h := x.rules[i], &x.hits[i]
+	c := capacity(h)
+	ru.metrics.refused.Inc()
+	p.tooLarge(x, r, &in.c, ru.lim.Name, &apiError{status: http.StatusRequestEntityTooLarge, code: codeInputTooLarge,
+		message: "The request's cost of " + strconv.FormatInt(h.Cost, 10) + " tokens exceeds the limit of " +
+			strconv.FormatInt(c, 10) + " of rule " + ru.lim.Name + ": it can never be admitted.",
+		fields: []field{{"denied_by", ru.lim.Name}, {"limit", c}, {"estimated_tokens", h.Cost}}})
+}
+
+// admitted prepares the accounting of a request the token rules admitted:
+// its response is read for usage; with a total_tokens charge recorded, the
+// charge is settled when the response ends, and an OpenAI streaming request
+// that did not ask for usage is made to (the client does not see it).
+func (p *Proxy) admitted(x *exchange, r *http.Request, in *keyInput) {
+	b := &x.budget
+	for i, ru := range x.rules {
+		if !ru.cost.tokens() || !x.out[i].Allowed {
+			continue
+		}
+		b.scan = true
+		if !x.out[i].Ticket.IsZero() {
+			ru.metrics.tokens.reserved.Add(float64(x.hits[i].Cost))
+			b.settle = b.settle || ru.cost == costTotal
+		}
+	}
+	if !b.scan {
+		return
+	}
+	b.input, b.model = int64(x.est.Tokens), in.model
+	if !b.settle || x.body == nil || (x.format != tokens.FormatChat && x.format != tokens.FormatCompletions) {
+		return
+	}
+	if in.bodyField("stream") != "true" || in.bodyField("stream_options.include_usage") == "true" {
+		return
+	}
+	edits, err := tokens.IncludeUsage(x.body.readerAt(), x.body.size)
+	if err != nil {
+		return // the output that passes is counted instead
+	}
+	body, size := tokens.Edited(x.body.readerAt(), x.body.size, edits)
+	r.Body, r.ContentLength = io.NopCloser(body), size
+	b.strip = true
+}
+
+// exchangeKey carries a request's exchange to the response hook.
+type exchangeKey struct{}
+
+// withBudget is r carrying x, when x's response must be read for usage.
+func withBudget(x *exchange, r *http.Request) *http.Request {
+	if !x.budget.scan {
+		return r
+	}
+	return r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
+}
+
+// modifyResponse is the forwarding's response hook: the body of a response
+// to a token-budgeted request is wrapped to find the usage it reports as
+// it passes, unbuffered (tokens/usage).
+func (p *Proxy) modifyResponse(res *http.Response) error {
+	x, _ := res.Request.Context().Value(exchangeKey{}).(*exchange)
+	if x == nil || !x.budget.scan || x.budget.settled {
+		return nil
+	}
+	b := &x.budget
+	mt, _, _ := strings.Cut(res.Header.Get("Content-Type"), ";")
+	stream := strings.EqualFold(strings.TrimSpace(mt), "text/event-stream")
+	o := usage.Options{API: usageAPI(x.format), Stream: stream, Strip: b.strip && stream,
+		Count: func(text []byte) int { return p.tokens.CountText(b.model, text) }}
+	if o.Strip {
+		res.Header.Del("Content-Length") // the client gets fewer bytes than the upstream sent
+		res.ContentLength = -1
+	}
+	failed := res.StatusCode < 200 || res.StatusCode > 299
+	if failed {
+		o.Strip = false // an error answer: no usage to take out
+	}
+	res.Body = usage.NewReader(res.Body, o, func(u usage.Result) {
+		if failed && !u.Reported {
+			u.Output = 0 // an error answer returns no output (SPEC §8), whatever its page says
+		}
+		p.settle(x, u)
+	})
+	return nil
+}
+
+// usageAPI is the response shape of a request format.
+func usageAPI(f tokens.Format) usage.API {
+	switch f {
+	case tokens.FormatChat:
+		return usage.OpenAIChat
+	case tokens.FormatCompletions:
+		return usage.OpenAICompletions
+	case tokens.FormatResponses:
+		return usage.OpenAIResponses
+	case tokens.FormatEmbeddings:
+		return usage.OpenAIEmbeddings
+	case tokens.FormatMessages:
+		return usage.Anthropic
+	}
+	return usage.Generic
+}
+
+// settle settles the request's total_tokens charges, once, to what the
+// response reported (SPEC §8): the usage, else the input estimate plus the
+// output that passed (nothing for a response that never came). It runs
+// when the response body is closed (ReverseProxy always closes it) or,
+// without a response, when forwarding returns.
+func (p *Proxy) settle(x *exchange, res usage.Result) {
+	b := &x.budget
+	if b.settled || !b.scan {
+		return
+	}
+	b.settled = true
+	actual := b.input + res.Output
+	if res.Reported {
+		actual = res.Usage.Total()
+		p.ruleSet.budget.estimateError(b.model, res.Usage.Input-b.input)
+	}
+	if !b.settle {
+		return
+	}
+	var buf [maxInlineRules]limits.Settlement
+	ss := buf[:0]
+	for i, ru := range x.rules {
+		t := x.out[i].Ticket
+		if ru.cost != costTotal || t.IsZero() {
+			continue
+		}
+		h := &x.hits[i]
+		m := &ru.metrics.tokens
+		m.settled.Add(float64(actual))
+		if actual < h.Cost {
+			m.refunded.Add(float64(h.Cost - actual))
+		} else {
+			m.overrun.Add(float64(actual - h.Cost))
+		}
+		ss = append(ss, limits.Settlement{Hit: *h, Ticket: t, Actual: actual})
+	}
+	if len(ss) == 0 {
+		return
+	}
+	// The request may be gone (a client that left): the settlement is not.
+	ctx, cancel := context.WithTimeout(context.Background(), max(p.cfg.RedisTimeout, 50*time.Millisecond))
+	defer cancel()
+	if err := p.store.Settle(ctx, ss, p.now()); err != nil {
+		p.metrics.storeErrors.Inc()
+		p.log.Warn("settling token charges failed", "err", err, "tokens", actual)
+	}
+}
+
+// tokenMetrics are one token rule's counters (SPEC §8).
+type tokenMetrics struct {
+	reserved, settled, refunded, overrun prometheus.Counter
+}
+
+// budgetMetrics are the token-budget families: per-rule counters, and how
+// far the input estimate was from the usage reported, per model.
+type budgetMetrics struct {
+	reserved, settled, refunded, overrun *prometheus.CounterVec
+	estimate                             *prometheus.HistogramVec
+	mu                                   sync.Mutex
+	models                               map[string]prometheus.Observer
+}
+
+// maxModelLabels bounds the model label: request bodies name the model, so
+// an attacker could otherwise mint series without end.
+const maxModelLabels = 64
+
+func newBudgetMetrics(reg prometheus.Registerer) (*budgetMetrics, error) {
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"rule"})
+	}
+	m := &budgetMetrics{
+		reserved: counter("ratelimit_proxy_tokens_reserved_total",
+			"Tokens charged at admission by token rules: the input estimate (input_tokens), plus the requested output (total_tokens)."),
+		settled: counter("ratelimit_proxy_tokens_settled_total",
+			"Tokens total_tokens rules settled to when responses ended: the usage reported, else the input estimate plus the output that passed."),
+		refunded: counter("ratelimit_proxy_tokens_refunded_total",
+			"Tokens given back by settlement: reserved but not used."),
+		overrun: counter("ratelimit_proxy_tokens_overrun_total",
+			"Tokens charged by settlement beyond the reservation (output past what was reserved)."),
+		estimate: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ratelimit_proxy_input_estimate_error_tokens",
+			Help:    "Input tokens the upstream reported minus the proxy's estimate, per model (at most 64 model labels, then \"other\").",
+			Buckets: []float64{-1000, -300, -100, -30, -10, -3, -1, 0, 1, 3, 10, 30, 100, 300, 1000},
+		}, []string{"model"}),
+		models: map[string]prometheus.Observer{},
+	}
+	for _, c := range []prometheus.Collector{m.reserved, m.settled, m.refunded, m.overrun, m.estimate} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *budgetMetrics) rule(name string) tokenMetrics {
+	return tokenMetrics{reserved: m.reserved.WithLabelValues(name), settled: m.settled.WithLabelValues(name),
+		refunded: m.refunded.WithLabelValues(name), overrun: m.overrun.WithLabelValues(name)}
+}
+
+// estimateError observes reported − estimated input tokens for model.
+func (m *budgetMetrics) estimateError(model string, diff int64) {
+	if model == "" {
+		model = "unknown"
+	}
+	m.mu.Lock()
+	o, ok := m.models[model]
+	if !ok {
+		if len(m.models) >= maxModelLabels {
+			model = "other"
+		}
+		if o, ok = m.models[model]; !ok {
+			o = m.estimate.WithLabelValues(model)
+			m.models[model] = o
+		}
+	}
+	m.mu.Unlock()
+	o.Observe(float64(diff))
+}
+
+// countFor is how far an unprotected route's body is counted for the
+// applying token rules: past the largest limit any of them can admit at
+// once, the cost is refused whatever it is. -1 when none applies.
+func countFor(cands []*rule) int64 {
+	n := int64(-1)
+	for _, ru := range cands {
+		if ru.cost.tokens() {
+			n = max(n, ru.maxCost)
+		}
+	}
+	return n
+}
