@@ -191,3 +191,31 @@ func TestCookbookShadowDaily(t *testing.T) {
 		t.Fatalf("shadow denials %v, want 600-500", got)
 	}
 }
+
+func TestCookbookTokenBudgets(t *testing.T) {
+	_, url := newLLM(t)
+	f := newFixture(t, upstreamAt(url), cookbook(t, "token-budgets.toml", "UPSTREAM_URL", url))
+	body := `{"model":"gpt-4o-mini","max_tokens":500,"messages":[{"role":"user","content":"hi"}]}`
+	est := estimate(t, "/v1/chat/completions", body)
+	w := f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", body, "Authorization", "Bearer k1", "X-Test-Usage", "9,11")
+	h := w.Header()
+	// X-RateLimit-* and -requests describe rpm; -tokens the token rule
+	// with the fewest remaining: the gpt-4o bucket (20000 - reservation).
+	if w.Code != 200 || h.Get("X-Ratelimit-Limit") != "60" || h.Get("X-Ratelimit-Remaining-Requests") != "59" ||
+		h.Get("X-Ratelimit-Remaining-Tokens") != strconv.FormatInt(20000-est-500, 10) {
+		t.Fatalf("%d %v", w.Code, h)
+	}
+	// max_tokens 30000 is over the bucket's burst: 413 from gpt-4o-tokens.
+	big := strings.Replace(body, `"max_tokens":500`, `"max_tokens":30000`, 1)
+	w = f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", big, "Authorization", "Bearer k1")
+	if w.Code != 413 || !strings.Contains(w.Body.String(), `"denied_by":"gpt-4o-tokens"`) {
+		t.Fatalf("over the burst: %d %s", w.Code, w.Body)
+	}
+	// Another model is not under the bucket; enterprise has no daily cap,
+	// so only itpm-per-key is a token rule for it.
+	claude := `{"model":"claude-sonnet-4","max_tokens":100000,"messages":[{"role":"user","content":"hi"}]}`
+	w = f.send("/v1/messages", "203.0.113.7:1", "application/json", claude, "X-Api-Key", "k3", "X-Plan", "enterprise", "X-Test-Usage", "1,1")
+	if w.Code != 200 || w.Header().Get("X-Ratelimit-Limit-Tokens") != "30000" {
+		t.Fatalf("enterprise: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+}
