@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,12 +51,21 @@ func sseUpstream() http.Handler {
 	})
 }
 
+// cpuTime is the process's user+system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // BenchmarkStream is a 200-chunk SSE stream through the proxy over
 // loopback (client, proxy and upstream in this process): requests-rule
 // counts requests only (chat_rpm); total-tokens adds a total_tokens rule
 // whose client did not ask for usage (the proxy asks, reads it and takes
 // it out), total-tokens-asked one whose client did. ns/chunk is the whole
-// stream's time per chunk, ttfb-µs the time to the first event.
+// stream's time per chunk, cpu-ns/chunk the CPU the process (client,
+// proxy and upstream together) spent per chunk, ttfb-µs the time to the
+// first event.
 func BenchmarkStream(b *testing.B) {
 	up := httptest.NewServer(sseUpstream())
 	defer up.Close()
@@ -92,6 +102,7 @@ func BenchmarkStream(b *testing.B) {
 			client := srv.Client()
 			buf := make([]byte, 32<<10)
 			var ttfb time.Duration
+			cpu0 := cpuTime()
 			b.ResetTimer()
 			for range b.N {
 				start := time.Now()
@@ -109,6 +120,7 @@ func BenchmarkStream(b *testing.B) {
 					b.Fatalf("status %d, %v", res.StatusCode, err)
 				}
 			}
+			b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N)/streamChunks, "cpu-ns/chunk")
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/streamChunks, "ns/chunk")
 			b.ReportMetric(float64(ttfb.Microseconds())/float64(b.N), "ttfb-µs")
 		})
