@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -52,6 +53,7 @@ type budget struct {
 	scan    bool  // a token rule admitted the request: its response is read for usage
 	settle  bool  // a total_tokens charge was recorded: settle it when the response ends
 	strip   bool  // stream_options.include_usage was added upstream: the client does not see that usage
+	stream  bool  // the request asked for a stream
 	settled bool  // done (once)
 	input   int64 // the input estimate
 	model   string
@@ -62,7 +64,7 @@ type budget struct {
 func (p *Proxy) tokenCost(x *exchange, in *keyInput, c costKind) int64 {
 	cost := int64(x.est.Tokens)
 	if c == costTotal {
-		cost = min(cost+requestedOutput(in, p.cfg.OutputTokenReserve), maxReserve)
+		cost = min(cost+requestedOutput(in, p.cfg.OutputTokenReserve, int64(x.est.Batch)), maxReserve)
 	}
 	return cost
 }
@@ -70,7 +72,7 @@ func (p *Proxy) tokenCost(x *exchange, in *keyInput, c costKind) int64 {
 // requestedOutput is the output a request may produce: the largest of
 // max_tokens, max_completion_tokens and max_output_tokens (else reserve),
 // times n choices.
-func requestedOutput(in *keyInput, reserve int64) int64 {
+func requestedOutput(in *keyInput, reserve, batch int64) int64 {
 	out := int64(0)
 	for _, name := range outputJSON[:3] {
 		if n, ok := tokenNumber(in.bodyField(name)); ok {
@@ -82,6 +84,9 @@ func requestedOutput(in *keyInput, reserve int64) int64 {
 	}
 	if n, ok := tokenNumber(in.bodyField("n")); ok && n > 1 {
 		out = min(out*min(n, 1<<10), maxReserve) // both < 2^50, 2^10: no overflow
+	}
+	if batch > 1 {
+		out = min(out*min(batch, 1<<10), maxReserve) // each request of a batch may produce it
 	}
 	return out
 }
@@ -141,13 +146,14 @@ func capacity(h *limits.Hit) int64 {
 // is recorded.
 func (p *Proxy) tooCostly(x *exchange, r *http.Request, in *keyInput, now time.Time, i int) {
 	x.sizeOut()
-	if _, err := p.store.Peek(r.Context(), x.hits, now, x.out); err == nil {
-		p.observeRules(x, in, r)
-		x.limited, x.show = p.fewestRemaining(x)
-	}
 	ru, h := x.rules[i], &x.hits[i]
+	if _, err := p.store.Peek(r.Context(), x.hits, now, x.out); err == nil {
+		p.observeRules(x, in, r) // the peek refuses that hit: counted once
+		x.limited, x.show = p.fewestRemaining(x)
+	} else {
+		ru.metrics.refused.Inc()
+	}
 	c := capacity(h)
-	ru.metrics.refused.Inc()
 	p.tooLarge(x, r, &in.c, ru.lim.Name, &apiError{status: http.StatusRequestEntityTooLarge, code: codeInputTooLarge,
 		message: "The request's cost of " + strconv.FormatInt(h.Cost, 10) + " tokens exceeds the limit of " +
 			strconv.FormatInt(c, 10) + " of rule " + ru.lim.Name + ": it can never be admitted.",
@@ -174,10 +180,19 @@ func (p *Proxy) admitted(x *exchange, r *http.Request, in *keyInput) {
 		return
 	}
 	b.input, b.model = int64(x.est.Tokens), in.model
+	b.stream = truthy(in.bodyField("stream"))
+	if x.est.Batch > 0 {
+		// A batch's answer is an array with no usage of its own: its
+		// reservation (every member's output) is its charge.
+		b.settle = false
+	}
+	// The usage is read from the bytes as they pass: they must not be
+	// compressed. The client gets the same answer, uncompressed.
+	r.Header["Accept-Encoding"] = []string{"identity"}
 	if !b.settle || x.body == nil || (x.format != tokens.FormatChat && x.format != tokens.FormatCompletions) {
 		return
 	}
-	if in.bodyField("stream") != "true" || in.bodyField("stream_options.include_usage") == "true" {
+	if !b.stream || truthy(in.bodyField("stream_options.include_usage")) {
 		return
 	}
 	edits, err := tokens.IncludeUsage(x.body.readerAt(), x.body.size)
@@ -209,8 +224,19 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 		return nil
 	}
 	b := &x.budget
+	if res.StatusCode < 200 {
+		return nil // an upgrade (101): no body to read; the estimate is charged when it ends
+	}
+	if ce := res.Header.Values("Content-Encoding"); len(ce) > 0 && !identityOnly(ce) {
+		// Compressed although identity was asked: nothing can be read,
+		// so the reservation stands as the charge.
+		b.settle, b.scan = false, false
+		return nil
+	}
 	mt, _, _ := strings.Cut(res.Header.Get("Content-Type"), ";")
-	stream := strings.EqualFold(strings.TrimSpace(mt), "text/event-stream")
+	// A stream is what the request asked for, whatever the upstream calls
+	// it (some send SSE as text/plain or with no type).
+	stream := b.stream || strings.EqualFold(strings.TrimSpace(mt), "text/event-stream")
 	o := usage.Options{API: usageAPI(x.format), Stream: stream, Strip: b.strip && stream,
 		Count: func(text []byte) int { return p.tokens.CountText(b.model, text) }}
 	if o.Strip {
@@ -348,22 +374,50 @@ func (m *budgetMetrics) rule(name string) tokenMetrics {
 
 // estimateError observes reported − estimated input tokens for model.
 func (m *budgetMetrics) estimateError(model string, diff int64) {
-	if model == "" {
-		model = "unknown"
-	}
+	model = modelLabel(model)
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	o, ok := m.models[model]
 	if !ok {
 		if len(m.models) >= maxModelLabels {
 			model = "other"
 		}
 		if o, ok = m.models[model]; !ok {
-			o = m.estimate.WithLabelValues(model)
+			var err error
+			if o, err = m.estimate.GetMetricWithLabelValues(model); err != nil {
+				return
+			}
 			m.models[model] = o
 		}
 	}
-	m.mu.Unlock()
 	o.Observe(float64(diff))
+}
+
+// modelLabel is a request's model as a label value: valid UTF-8, at most
+// 64 bytes, "unknown" when empty (the body names it: anything can come).
+func modelLabel(model string) string {
+	model = strings.ToValidUTF8(model, "\uFFFD")
+	if len(model) > 64 {
+		cut := 64
+		for cut > 0 && !utf8.RuneStart(model[cut]) {
+			cut--
+		}
+		model = model[:cut]
+	}
+	if model == "" {
+		return "unknown"
+	}
+	return model
+}
+
+// truthy reports whether a body field's value reads as true to a lenient
+// upstream (pydantic coerces these to True).
+func truthy(v string) bool {
+	switch strings.ToLower(v) {
+	case "true", "1", "yes", "on", "t", "y":
+		return true
+	}
+	return false
 }
 
 // countFor is how far an unprotected route's body is counted for the

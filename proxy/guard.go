@@ -145,12 +145,13 @@ func (p *Proxy) addHit(x *exchange, r *http.Request, in *keyInput, ru *rule) boo
 	}
 	h := limits.Hit{Rule: ru.lim, Key: key, Cost: 1}
 	if ru.cost.tokens() {
+		h.Cost = p.tokenCost(x, in, ru.cost)
 		if x.apiPath != "" && x.est.Stopped {
 			// Past MAX_INPUT_TOKENS: the token cap refuses it, and a prompt
-			// that never reaches the model is charged no tokens.
-			return true
+			// that never reaches the model is charged no tokens; the rule
+			// still shows its state.
+			h.Cost = 0
 		}
-		h.Cost = p.tokenCost(x, in, ru.cost)
 	}
 	eff, own := tierLimit{}, false
 	if ru.tiers != nil && in.plan != "" {
@@ -522,7 +523,11 @@ func (p *Proxy) refuse(x *exchange, r *http.Request, in *keyInput) {
 		}
 	}
 	// X-RateLimit-* describe the first refusing request rule, else the
-	// first refusing rule (SPEC §8).
+	// request rule with the fewest remaining, else the first refusing
+	// rule (SPEC §8); Remaining is 0 on a 429 whichever it is (§5).
+	if show < 0 {
+		show = fewest(x, costRequests)
+	}
 	if show < 0 {
 		show = first
 	}

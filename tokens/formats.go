@@ -72,6 +72,7 @@ func countJSON(r io.Reader, f Format, model string, m *meter) error {
 		err = w.top()
 	case '[': // a batch of requests: each costs what it would alone
 		err = w.j.array(func(int) error {
+			m.batch++
 			if k, err := w.j.kind(); err != nil || k != '{' {
 				if err != nil {
 					return err

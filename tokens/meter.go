@@ -13,6 +13,7 @@ type meter struct {
 	limit   int // negative: none
 	total   int
 	pending []byte
+	batch   int // members of a top-level array of requests
 }
 
 func (m *meter) over() bool { return m.limit >= 0 && m.total > m.limit }

@@ -66,6 +66,9 @@ type Estimate struct {
 	Stopped bool
 	// Values are the key parts of Request.Fields, when it was set.
 	Values Values
+	// Batch is the number of requests of a JSON body that is a top-level
+	// array of them (counted as far as counting went); 0 otherwise.
+	Batch int
 }
 
 // ErrInvalid is wrapped by every error about a body that cannot be parsed
@@ -128,7 +131,7 @@ func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
 			m, err = fm, ferr
 		}
 	}
-	est := Estimate{Tokens: m.total, Model: model, Encoding: c.Name(), Stopped: errors.Is(err, errStop), Values: p.values}
+	est := Estimate{Tokens: m.total, Model: model, Encoding: c.Name(), Stopped: errors.Is(err, errStop), Values: p.values, Batch: m.batch}
 	if err != nil && !est.Stopped {
 		return est, invalid(err)
 	}
@@ -168,8 +171,8 @@ func bodyKindOf(mediaType string, body io.Reader) bodyKind {
 	if jsonInOtherEncoding(head[:n]) {
 		return bodyNotUTF8
 	}
-	if c := bytes.TrimLeft(head[:n], " \t\r\n"); len(c) > 0 && c[0] == '{' {
-		return bodyJSON
+	if c := bytes.TrimLeft(head[:n], " \t\r\n"); len(c) > 0 && (c[0] == '{' || c[0] == '[') {
+		return bodyJSON // a batch of requests sent as a form is JSON too
 	}
 	if mediaType == "application/x-www-form-urlencoded" {
 		return bodyForm
