@@ -235,8 +235,10 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	}
 	mt, _, _ := strings.Cut(res.Header.Get("Content-Type"), ";")
 	// A stream is what the request asked for, whatever the upstream calls
-	// it (some send SSE as text/plain or with no type).
-	stream := b.stream || strings.EqualFold(strings.TrimSpace(mt), "text/event-stream")
+	// it (some send SSE as text/plain or with no type), unless the answer
+	// says it is one JSON document.
+	mt = strings.ToLower(strings.TrimSpace(mt))
+	stream := mt == "text/event-stream" || b.stream && mt != "application/json"
 	o := usage.Options{API: usageAPI(x.format), Stream: stream, Strip: b.strip && stream,
 		Count: func(text []byte) int { return p.tokens.CountText(b.model, text) }}
 	if o.Strip {

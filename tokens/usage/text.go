@@ -88,7 +88,7 @@ func (c *counter) escape(s []byte) []byte {
 	return s[2:]
 }
 
-// unicodeEscape decodes the \uXXXX (a surrogate pair taking two) at the
+// unicodeEscape decodes the \u escape (a surrogate pair taking two) at the
 // start of s: the rune and the bytes it took. A bad one is U+FFFD.
 func unicodeEscape(s []byte) (rune, int) {
 	r, ok := hex4(s)
