@@ -42,6 +42,9 @@ type Config struct {
 
 	// Rules are the file's [[rule]] tables (SPEC §7), in file order.
 	Rules []Rule
+	// Prices are the file's [price."…"] tables (SPEC §8.1), longest
+	// pattern first.
+	Prices Prices
 
 	// Demo is set by -demo: the upstream is the built-in mock, so
 	// UpstreamURL is not required.

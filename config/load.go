@@ -212,7 +212,7 @@ func Load(path string, getenv func(string) (string, bool)) (Config, error) {
 	origin := map[string]string{}
 	var errs []error
 	for key := range k.Raw() {
-		if key == "rule" {
+		if key == "rule" || key == "price" {
 			continue // file only: decoded below
 		}
 		if !known(key) {
@@ -247,6 +247,11 @@ func Load(path string, getenv func(string) (string, bool)) (Config, error) {
 		rules, rerrs := decodeRules(raw)
 		c.Rules = rules
 		errs = append(errs, rerrs...)
+	}
+	if raw, ok := k.Raw()["price"]; ok {
+		prices, perrs := decodePrices(raw)
+		c.Prices = prices
+		errs = append(errs, perrs...)
 	}
 	if !c.IsSet("max_body_bytes") {
 		c.MaxBodyBytes = c.MaxFileBytes + 1<<20

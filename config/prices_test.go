@@ -1,0 +1,87 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/config"
+)
+
+// SPEC §8.1's example price tables load exactly, and the longest pattern
+// wins.
+func TestPricesDecode(t *testing.T) {
+	c, err := loadRules(t, `
+[price."gpt-4o*"]
+input        = 2.50
+cached_input = 1.25
+output       = 10.00
+
+[price."gpt-4o-mini*"]
+input  = 0.15
+output = 0.6
+
+[price."gpt-4o-mini"]
+input  = "0.000001"
+output = 1
+
+[price."claude-sonnet-4*"]
+input        = 3.00
+cached_input = 0.30
+cache_write  = 3.75
+output       = 15.00
+long_context = { above = 200000, input = 6.00, output = 22.50 }
+
+[price."*"]
+input  = 0
+output = 0
+`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		model, pattern string
+		input, output  int64
+	}{
+		{"gpt-4o-2024-08-06", "gpt-4o*", 2_500_000, 10_000_000},
+		{"gpt-4o-mini-2024-07-18", "gpt-4o-mini*", 150_000, 600_000},
+		{"gpt-4o-mini", "gpt-4o-mini", 1, 1_000_000},
+		{"claude-sonnet-4-5", "claude-sonnet-4*", 3_000_000, 15_000_000},
+		{"llama-3", "*", 0, 0},
+	} {
+		p, ok := c.Prices.Match(tc.model)
+		if !ok || p.Pattern != tc.pattern || p.Input != tc.input || p.Output != tc.output {
+			t.Errorf("%s: %+v %v, want %s %d/%d", tc.model, p, ok, tc.pattern, tc.input, tc.output)
+		}
+	}
+	p, _ := c.Prices.Match("gpt-4o")
+	if p.CachedInput != 1_250_000 || p.CacheWrite != 2_500_000 || p.LongAbove != 0 {
+		t.Errorf("gpt-4o defaults: %+v", p)
+	}
+	p, _ = c.Prices.Match("claude-sonnet-4")
+	if p.CachedInput != 300_000 || p.CacheWrite != 3_750_000 || p.LongAbove != 200000 || p.LongInput != 6_000_000 || p.LongOutput != 22_500_000 {
+		t.Errorf("claude-sonnet-4: %+v", p)
+	}
+	if _, ok := (config.Prices{{Pattern: "gpt-4o"}}).Match("gpt-4o-mini"); ok {
+		t.Error("an exact entry matched a longer name")
+	}
+}
+
+// -check names the entry and the field of each bad price.
+func TestPriceErrors(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"[price.\"m\"]\noutput = 1\n", `price "m": input: required`},
+		{"[price.\"m\"]\ninput = 1\n", `price "m": output: required`},
+		{"[price.\"m\"]\ninput = \"abc\"\noutput = 1\n", `price "m": input "abc": not a number`},
+		{"[price.\"m\"]\ninput = -1\noutput = 1\n", `price "m": input -1: must not be negative`},
+		{"[price.\"m\"]\ninput = 1\noutput = [1]\n", `price "m": output [1]: not a number`},
+		{"[price.\"m\"]\ninput = 1\noutput = 1\ncached = 1\n", `price "m": cached: unknown field`},
+		{"[price.\"m\"]\ninput = 1\noutput = 1\nlong_context = { input = 2, output = 3 }\n", `price "m": long_context.above: a number of input tokens above 0 is required`},
+		{"[price.\"m\"]\ninput = 1\noutput = 1\nlong_context = { above = 10, input = 2 }\n", `price "m": long_context.output: required`},
+		{"[price.\"g*t*\"]\ninput = 1\noutput = 1\n", `price "g*t*": a model name, or a prefix ending in one *`},
+	} {
+		_, err := loadRules(t, tc.body, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q:\n got %v\nwant %s", tc.body, err, tc.want)
+		}
+	}
+}
