@@ -85,3 +85,34 @@ func TestPriceErrors(t *testing.T) {
 		}
 	}
 }
+
+// A usd rule's amounts are dollars, kept as integers of 10⁻⁶ USD.
+func TestUSDRuleAmounts(t *testing.T) {
+	c, err := loadRules(t, `
+tier_from = "header:X-Plan"
+
+[price."*"]
+input  = 1
+output = 1
+
+[[rule]]
+name   = "spend-per-key-day"
+key    = ["api_key"]
+cost   = "usd"
+limit  = 25.00
+window = "24h"
+tiers  = { free = 0.5, pro = "100", team = 1, vip = "unlimited" }
+`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Rules[0]
+	if r.Limit != 25_000_000 || len(r.Tiers) != 4 || r.Tiers[0].Limit != 500_000 || r.Tiers[1].Limit != 100_000_000 || r.Tiers[2].Limit != 1_000_000 {
+		t.Fatalf("%+v", r)
+	}
+	for micro, want := range map[int64]string{25_000_000: "25", 1: "0.000001", 1_500_000: "1.5", 0: "0", -2_250_000: "-2.25"} {
+		if got := config.Dollars(micro); got != want {
+			t.Errorf("Dollars(%d) = %q, want %q", micro, got, want)
+		}
+	}
+}

@@ -68,6 +68,7 @@ const (
 	CostRequests     = "requests"
 	CostInputTokens  = "input_tokens" // the input estimate, charged at admission (SPEC §8)
 	CostTotalTokens  = "total_tokens" // estimate plus requested output, settled to the reported usage
+	CostUSD          = "usd"          // dollars at the [price] tables' prices, reserved and settled (SPEC §8.1)
 )
 
 // BuiltinRule is the name of the rule CHAT_RPM makes.
@@ -210,8 +211,13 @@ func decodeRule(i int, t map[string]any) (Rule, []error) {
 	strField("action", &r.Action)
 	durField("window", &r.Window)
 	durField("max_delay", &r.MaxDelay)
+	// A usd rule's amounts are dollars, kept as integers of 10⁻⁶ USD.
+	amount := wholeNumber
+	if r.Cost == CostUSD {
+		amount = microDollars
+	}
 	if v, ok := t["limit"]; ok {
-		n, err := wholeNumber(v)
+		n, err := amount(v)
 		if err != nil {
 			bad("limit", v, "%v", err)
 			r.Limit = 0 // reported: no second error about it
@@ -223,7 +229,7 @@ func decodeRule(i int, t map[string]any) (Rule, []error) {
 		r.Limit = 0
 	}
 	if v, ok := t["burst"]; ok {
-		n, err := wholeNumber(v)
+		n, err := amount(v)
 		if err != nil {
 			bad("burst", v, "%v", err)
 		} else {
@@ -260,9 +266,13 @@ func decodeRule(i int, t map[string]any) (Rule, []error) {
 				add(name, 0, true)
 				continue
 			}
-			n, err := wholeNumber(lv)
+			n, err := amount(lv)
 			if err != nil || n < 0 {
-				bad(field, lv, "%s: must be an integer ≥ 0 or \"unlimited\"", name)
+				what := "an integer"
+				if r.Cost == CostUSD {
+					what = "an amount of dollars"
+				}
+				bad(field, lv, "%s: must be %s ≥ 0 or \"unlimited\"", name, what)
 				continue
 			}
 			add(name, n, false)
@@ -397,13 +407,19 @@ func (c *Config) writeRules(w io.Writer) error {
 			b.WriteString("when = { " + strings.Join(parts, ", ") + " }\n")
 		}
 		b.WriteString("key = " + tomlValue(r.Key) + "\n")
-		fmt.Fprintf(&b, "on_missing_key = %q\nalgorithm = %q\nlimit = %d\nwindow = %q\n", r.OnMissingKey, r.Algorithm, r.Limit, durationText(r.Window))
+		show := func(n int64) string {
+			if r.Cost == CostUSD {
+				return Dollars(n)
+			}
+			return strconv.FormatInt(n, 10)
+		}
+		fmt.Fprintf(&b, "on_missing_key = %q\nalgorithm = %q\nlimit = %s\nwindow = %q\n", r.OnMissingKey, r.Algorithm, show(r.Limit), durationText(r.Window))
 		if r.Algorithm == AlgTokenBucket {
 			burst := r.Limit
 			if r.BurstSet {
 				burst = r.Burst
 			}
-			fmt.Fprintf(&b, "burst = %d\n", burst)
+			fmt.Fprintf(&b, "burst = %s\n", show(burst))
 		}
 		fmt.Fprintf(&b, "cost = %q\naction = %q\n", r.Cost, r.Action)
 		if r.Action == ActionDelay {
@@ -413,7 +429,7 @@ func (c *Config) writeRules(w io.Writer) error {
 			if unlimited {
 				return `"unlimited"`
 			}
-			return strconv.FormatInt(n, 10)
+			return show(n)
 		}
 		if len(r.Tiers) > 0 {
 			parts := make([]string, len(r.Tiers))
@@ -432,4 +448,43 @@ func (c *Config) writeRules(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// microDollars reads an amount of dollars (a TOML integer, float or
+// decimal string) as integers of 10⁻⁶ USD, rounded to the nearest.
+func microDollars(v any) (int64, error) {
+	var f float64
+	switch x := v.(type) {
+	case int64:
+		f = float64(x)
+	case int:
+		f = float64(x)
+	case float64:
+		f = x
+	case string:
+		var err error
+		if f, err = strconv.ParseFloat(strings.TrimSpace(x), 64); err != nil {
+			return 0, errors.New("not an amount of dollars")
+		}
+	default:
+		return 0, errors.New("not an amount of dollars")
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) > 1e12 {
+		return 0, errors.New("not an amount of dollars")
+	}
+	return int64(math.Round(f * 1e6)), nil
+}
+
+// Dollars writes integers of 10⁻⁶ USD as dollars with at most 6
+// decimals and no trailing zeros: 25000000 is "25", 1 is "0.000001".
+func Dollars(micro int64) string {
+	sign := ""
+	if micro < 0 {
+		sign, micro = "-", -micro
+	}
+	s := strconv.FormatInt(micro/1e6, 10)
+	if frac := micro % 1e6; frac != 0 {
+		s += "." + strings.TrimRight(fmt.Sprintf("%06d", frac), "0")
+	}
+	return sign + s
 }

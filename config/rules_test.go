@@ -122,8 +122,10 @@ func TestRuleErrorsNameRuleAndField(t *testing.T) {
 		{"[[rule]]\nname = \"x\"\nlimit = 1\npaths = [\"v1/chat\"]\n", `rule "x": paths "v1/chat": a path starts with /`},
 		{"[[rule]]\nname = \"x\"\nlimit = 1\ntiers = { free = 1 }\n", `rule "x": tiers: needs tier_from`},
 		{"[[rule]]\nname = \"x\"\nlimit = 1\noverrides = { \"ip=1.2.3.4\" = 5 }\n", `rule "x": overrides "ip=1.2.3.4": not a key of this rule: write "caller=…"`},
-		{"[[rule]]\nname = \"x\"\nlimit = 1\ncost = \"usd\"\n", `rule "x": cost "usd": money budgets`},
-		{"[[rule]]\nname = \"x\"\nlimit = 1\ncost = \"tokens\"\n", `rule "x": cost "tokens": must be "requests", "input_tokens" or "total_tokens"`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\ncost = \"usd\"\n", `rule "x": cost "usd": needs [price."MODEL"] entries`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\ncost = \"tokens\"\n", `rule "x": cost "tokens": must be "requests", "input_tokens", "total_tokens" or "usd"`},
+		{"[price.\"*\"]\ninput = 1\noutput = 1\n[[rule]]\nname = \"x\"\ncost = \"usd\"\nlimit = \"lots\"\n", `rule "x": limit "lots": not an amount of dollars`},
+		{"[price.\"*\"]\ninput = 1\noutput = 1\n[[rule]]\nname = \"x\"\ncost = \"usd\"\nlimit = -0.5\n", `rule "x": limit -500000: must not be negative`},
 		{"[[rule]]\nname = \"x\"\nlimit = 1\nwhen = { \"header:X-Env\" = 1 }\n", `rule "x": when 1: header:X-Env: the value is not a string`},
 		{"tier_from = \"cookie:plan\"\n", `tier_from = "cookie:plan": write "header:NAME"`},
 	} {

@@ -98,10 +98,12 @@ func (c *Config) validateRules() []error {
 		}
 		switch r.Cost {
 		case CostRequests, CostInputTokens, CostTotalTokens:
-		case "usd":
-			bad("cost", r.Cost, `money budgets (SPEC §8.1) are not in this release: "requests", "input_tokens" or "total_tokens"`)
+		case CostUSD:
+			if len(c.Prices) == 0 {
+				bad("cost", r.Cost, `needs [price."MODEL"] entries: a usd rule charges at their prices (SPEC §8.1)`)
+			}
 		default:
-			bad("cost", r.Cost, `must be "requests", "input_tokens" or "total_tokens"`)
+			bad("cost", r.Cost, `must be "requests", "input_tokens", "total_tokens" or "usd"`)
 		}
 		switch r.Action {
 		case ActionReject, ActionShadow:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-proxy/ratelimit-proxy/config"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/usage"
@@ -31,10 +32,25 @@ const (
 	costRequests costKind = iota
 	costInput             // input_tokens
 	costTotal             // total_tokens
+	costUSD               // usd: micro-dollars at the price tables' prices (SPEC §8.1)
 )
 
-// tokens reports whether the rule counts tokens.
-func (c costKind) tokens() bool { return c != costRequests }
+// metered reports whether the rule counts tokens or money: it needs the
+// body, and its charge is read from the response.
+func (c costKind) metered() bool { return c != costRequests }
+
+// settles reports whether the rule's charge is settled when the response
+// ends.
+func (c costKind) settles() bool { return c == costTotal || c == costUSD }
+
+// unit is what a rule's limit counts, for the headers: requests, tokens
+// or dollars.
+func (c costKind) unit() costKind {
+	if c == costTotal {
+		return costInput
+	}
+	return c
+}
 
 // The body fields a total_tokens rule reads besides its key parts: the
 // output the request asks for (§8), how many choices, and whether it
@@ -50,12 +66,13 @@ const maxReserve = 1 << 50
 
 // budget is one request's token accounting, kept in its exchange.
 type budget struct {
-	scan    bool  // a token rule admitted the request: its response is read for usage
-	settle  bool  // a total_tokens charge was recorded: settle it when the response ends
-	strip   bool  // stream_options.include_usage was added upstream: the client does not see that usage
-	stream  bool  // the request asked for a stream
-	settled bool  // done (once)
-	input   int64 // the input estimate
+	scan    bool          // a token rule admitted the request: its response is read for usage
+	settle  bool          // a total_tokens charge was recorded: settle it when the response ends
+	strip   bool          // stream_options.include_usage was added upstream: the client does not see that usage
+	stream  bool          // the request asked for a stream
+	price   *config.Price // the model's price, when a usd rule applies
+	settled bool          // done (once)
+	input   int64         // the input estimate
 	model   string
 }
 
@@ -120,7 +137,7 @@ func tokenNumber(s string) (int64, bool) {
 // the wait. -1 when there is none.
 func oversized(x *exchange) int {
 	for i, ru := range x.rules {
-		if !ru.cost.tokens() || ru.action == actShadow {
+		if !ru.cost.metered() || ru.action == actShadow {
 			continue
 		}
 		if x.hits[i].Cost > capacity(&x.hits[i]) {
@@ -154,6 +171,14 @@ func (p *Proxy) tooCostly(x *exchange, r *http.Request, in *keyInput, now time.T
 		ru.metrics.refused.Inc()
 	}
 	c := capacity(h)
+	if ru.cost == costUSD {
+		p.tooLarge(x, r, &in.c, ru.lim.Name, &apiError{status: http.StatusRequestEntityTooLarge, code: codeInputTooLarge,
+			message: "The request's reservation of $" + config.Dollars(h.Cost) + " exceeds the limit of $" +
+				config.Dollars(c) + " of rule " + ru.lim.Name + ": it can never be admitted.",
+			fields: []field{{"denied_by", ru.lim.Name}, {"limit", dollars(c)}, {"estimated_cost_usd", dollars(h.Cost)},
+				{"estimated_tokens", x.est.Tokens}}})
+		return
+	}
 	p.tooLarge(x, r, &in.c, ru.lim.Name, &apiError{status: http.StatusRequestEntityTooLarge, code: codeInputTooLarge,
 		message: "The request's cost of " + strconv.FormatInt(h.Cost, 10) + " tokens exceeds the limit of " +
 			strconv.FormatInt(c, 10) + " of rule " + ru.lim.Name + ": it can never be admitted.",
@@ -167,13 +192,15 @@ func (p *Proxy) tooCostly(x *exchange, r *http.Request, in *keyInput, now time.T
 func (p *Proxy) admitted(x *exchange, r *http.Request, in *keyInput) {
 	b := &x.budget
 	for i, ru := range x.rules {
-		if !ru.cost.tokens() || !x.out[i].Allowed {
+		if !ru.cost.metered() || !x.out[i].Allowed {
 			continue
 		}
 		b.scan = true
 		if !x.out[i].Ticket.IsZero() {
-			ru.metrics.tokens.reserved.Add(float64(x.hits[i].Cost))
-			b.settle = b.settle || ru.cost == costTotal
+			if ru.cost != costUSD {
+				ru.metrics.tokens.reserved.Add(float64(x.hits[i].Cost))
+			}
+			b.settle = b.settle || ru.cost.settles()
 		}
 	}
 	if !b.scan {
@@ -291,6 +318,10 @@ func (p *Proxy) settle(x *exchange, res usage.Result) {
 		actual = res.Usage.Total()
 		p.ruleSet.budget.estimateError(b.model, res.Usage.Input-b.input)
 	}
+	var spent int64
+	if b.price != nil {
+		spent = settleUSD(b.price, b.input, res)
+	}
 	if !b.settle {
 		return
 	}
@@ -298,10 +329,15 @@ func (p *Proxy) settle(x *exchange, res usage.Result) {
 	ss := buf[:0]
 	for i, ru := range x.rules {
 		t := x.out[i].Ticket
-		if ru.cost != costTotal || t.IsZero() {
+		if !ru.cost.settles() || t.IsZero() {
 			continue
 		}
 		h := &x.hits[i]
+		if ru.cost == costUSD {
+			p.ruleSet.spend.observe(ru.lim.Name, b.model, h.Cost, spent)
+			ss = append(ss, limits.Settlement{Hit: *h, Ticket: t, Actual: spent})
+			continue
+		}
 		m := &ru.metrics.tokens
 		m.settled.Add(float64(actual))
 		if actual < h.Cost {
@@ -428,7 +464,7 @@ func truthy(v string) bool {
 func countFor(cands []*rule) int64 {
 	n := int64(-1)
 	for _, ru := range cands {
-		if ru.cost.tokens() {
+		if ru.cost.metered() {
 			n = max(n, ru.maxCost)
 		}
 	}

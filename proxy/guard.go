@@ -64,7 +64,7 @@ func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time, pol *policy, 
 			bodyRules = true
 			continue
 		}
-		if !p.addHit(x, r, in, ru) {
+		if !p.addHit(x, r, in, pol, ru) {
 			return false
 		}
 	}
@@ -102,7 +102,7 @@ func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time, pol *policy, 
 
 	// 5, 6. The rules that need the body, then the batch.
 	for _, ru := range cands {
-		if ru.needsBody && !p.addHit(x, r, in, ru) {
+		if ru.needsBody && !p.addHit(x, r, in, pol, ru) {
 			return false
 		}
 	}
@@ -118,7 +118,7 @@ func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time, pol *policy, 
 // the rule, or answers 400 missing_key with on_missing_key = "reject").
 // The effective limit is the plan's tier, then the key's override; an
 // "unlimited" one leaves the rule out. It reports false when it answered.
-func (p *Proxy) addHit(x *exchange, r *http.Request, in *keyInput, ru *rule) bool {
+func (p *Proxy) addHit(x *exchange, r *http.Request, in *keyInput, pol *policy, ru *rule) bool {
 	if !in.conditionsHold(ru) {
 		if in.err != nil {
 			p.invalid(x, r, "The request is ambiguous: "+in.err.Error()+".")
@@ -144,8 +144,16 @@ func (p *Proxy) addHit(x *exchange, r *http.Request, in *keyInput, ru *rule) boo
 		return false
 	}
 	h := limits.Hit{Rule: ru.lim, Key: key, Cost: 1}
-	if ru.cost.tokens() {
-		h.Cost = p.tokenCost(x, in, ru.cost)
+	if ru.cost.metered() {
+		if ru.cost == costUSD {
+			c, ok := p.usdCost(x, r, in, ru, pol)
+			if !ok {
+				return false
+			}
+			h.Cost = c
+		} else {
+			h.Cost = p.tokenCost(x, in, ru.cost)
+		}
 		if x.apiPath != "" && x.est.Stopped {
 			// Past MAX_INPUT_TOKENS: the token cap refuses it, and a prompt
 			// that never reaches the model is charged no tokens; the rule
@@ -316,6 +324,9 @@ func (p *Proxy) fewestRemaining(x *exchange) (bool, int) {
 		return true, i
 	}
 	i := fewest(x, costInput)
+	if i < 0 {
+		i = fewest(x, costUSD)
+	}
 	return i >= 0, max(i, 0)
 }
 
@@ -515,7 +526,7 @@ func (p *Proxy) refuse(x *exchange, r *http.Request, in *keyInput) {
 		}
 		violated = append(violated, ru.lim.Name)
 		wait = max(wait, x.out[i].RetryAfter)
-		if !ru.cost.tokens() {
+		if !ru.cost.metered() {
 			x.out[i].Remaining = 0 // a token rule shows what is left: a smaller request may fit
 			if show < 0 {
 				show = i
@@ -536,6 +547,12 @@ func (p *Proxy) refuse(x *exchange, r *http.Request, in *keyInput) {
 	d := &x.out[first]
 	retry := max(ceilSeconds(wait), 1)
 	secs := strconv.FormatInt(retry, 10)
+	// A spent money budget is OpenAI's insufficient_quota, its limit in
+	// dollars (SPEC §8.1).
+	code, message, limit := codeRateLimited, "Too many requests.", any(d.Limit)
+	if x.rules[first].cost == costUSD {
+		code, message, limit = codeInsufficientQuota, "The spend limit of rule "+h.Rule.Name+" is reached.", dollars(d.Limit)
+	}
 	hdr := x.Header()
 	hdr["Retry-After"] = []string{secs}
 	hdr["X-Ratelimit-Retry-After"] = []string{secs}
@@ -545,13 +562,13 @@ func (p *Proxy) refuse(x *exchange, r *http.Request, in *keyInput) {
 	}
 	p.writeError(x, r, &apiError{
 		status:  http.StatusTooManyRequests,
-		code:    codeRateLimited,
-		message: "Too many requests. Please retry after " + secs + " seconds.",
+		code:    code,
+		message: message + " Please retry after " + secs + " seconds.",
 		fields: []field{
 			{"retry_after_seconds", retry},
 			{"denied_by", h.Rule.Name},
 			{"denied_key", h.Key.String()},
-			{"limit", d.Limit},
+			{"limit", limit},
 			{"violated", violated},
 		},
 	})

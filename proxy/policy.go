@@ -26,6 +26,7 @@ type policy struct {
 	// limited.
 	ownPaths bool
 	tierFrom string // canonical header name of the caller's plan, "" none
+	prices   config.Prices
 }
 
 // action is what a rule does past its limit (SPEC §7.1).
@@ -108,7 +109,7 @@ func (k *keyPart) body() bool {
 
 // compilePolicy builds the policy of a validated configuration.
 func compilePolicy(c *config.Config, rm *ruleMetricSet) (*policy, error) {
-	pol := &policy{}
+	pol := &policy{prices: c.Prices}
 	if tf, ok := strings.CutPrefix(c.TierFrom, "header:"); ok {
 		pol.tierFrom = http.CanonicalHeaderKey(tf)
 	}
@@ -144,19 +145,22 @@ func (pol *policy) compileRule(cr *config.Rule, index int, rm *ruleMetricSet) (*
 		return nil, err
 	}
 	// A refund can shorten a refusal's wait (SPEC §4.2).
-	lim.Settles = cr.Cost == config.CostTotalTokens
+	lim.Settles = cr.Cost == config.CostTotalTokens || cr.Cost == config.CostUSD
 	ru := &rule{lim: lim, index: index, reject: cr.OnMissingKey == config.MissingReject,
 		maxDelay: cr.MaxDelay, burstSet: cr.BurstSet, metrics: rm.rule(cr.Name)}
 	switch cr.Cost {
 	case config.CostInputTokens:
 		ru.cost = costInput
-	case config.CostTotalTokens:
+	case config.CostTotalTokens, config.CostUSD:
 		ru.cost = costTotal
+		if cr.Cost == config.CostUSD {
+			ru.cost = costUSD
+		}
 		ru.fields.JSON = append(ru.fields.JSON, outputJSON...)
 		ru.fields.Form = append(ru.fields.Form, outputForm...)
 	}
-	ru.needsBody = ru.cost.tokens() // the estimate is the cost
-	if ru.cost.tokens() {
+	ru.needsBody = ru.cost.metered() // the estimate is the cost
+	if ru.cost.metered() {
 		ru.metrics.tokens = rm.budget.rule(cr.Name)
 	}
 	ru.headers = newRuleHeaders(lim, ru.cost)
@@ -300,6 +304,7 @@ type ruleMetricSet struct {
 	delayed   *prometheus.CounterVec
 	held      prometheus.Gauge
 	budget    *budgetMetrics
+	spend     *spendMetrics
 }
 
 // ruleMetrics are one rule's children, resolved once.
@@ -342,7 +347,10 @@ func newRuleMetricSet(reg prometheus.Registerer) (*ruleMetricSet, error) {
 		}
 	}
 	var err error
-	m.budget, err = newBudgetMetrics(reg)
+	if m.budget, err = newBudgetMetrics(reg); err != nil {
+		return nil, err
+	}
+	m.spend, err = newSpendMetrics(reg)
 	return m, err
 }
 
@@ -360,14 +368,22 @@ func (m *ruleMetricSet) rule(name string) *ruleMetrics {
 }
 
 // policyItem renders a rule's RateLimit-Policy item for an effective
-// limit: "name";q=L;w=W, with ;burst=B for a token bucket.
+// limit: "name";q=L;w=W, with ;qu="tokens" or ;qu="usd" for token and
+// money rules (their amounts in dollars), ;burst=B for a token bucket.
 func policyItem(ru *limits.Rule, quoted string, limit, burst int64, c costKind) string {
-	s := quoted + ";q=" + strconv.FormatInt(limit, 10) + ";w=" + strconv.FormatInt(ceilSeconds(ru.Window), 10)
-	if c.tokens() {
+	amount := func(n int64) string { return strconv.FormatInt(n, 10) }
+	if c == costUSD {
+		amount = config.Dollars // the counters are micro-dollars
+	}
+	s := quoted + ";q=" + amount(limit) + ";w=" + strconv.FormatInt(ceilSeconds(ru.Window), 10)
+	switch c.unit() {
+	case costInput:
 		s += `;qu="tokens"`
+	case costUSD:
+		s += `;qu="usd"`
 	}
 	if ru.Algorithm == limits.TokenBucket {
-		s += ";burst=" + strconv.FormatInt(burst, 10)
+		s += ";burst=" + amount(burst)
 	}
 	return s
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimit-proxy/ratelimit-proxy/config"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
 )
@@ -63,13 +64,14 @@ type ruleHeaders struct {
 
 func newRuleHeaders(r *limits.Rule, c costKind) *ruleHeaders {
 	q := strconv.Quote(r.Name) // names are [a-z0-9_.-]: no escapes needed
-	return &ruleHeaders{
+	rh := &ruleHeaders{
 		rule:   r,
 		quoted: q,
-		limit:  []string{strconv.FormatInt(r.Limit, 10)},
 		policy: []string{policyItem(r, q, r.Limit, r.Burst, c)},
 		cost:   c,
 	}
+	rh.limit = rh.amount(r.Limit)
+	return rh
 }
 
 // smallInts holds the header values of 0…1023, shared like ruleHeaders':
@@ -129,7 +131,7 @@ func (e *exchange) Write(b []byte) (int, error) {
 func (e *exchange) stamp(h http.Header) {
 	d := &e.out[e.show]
 	rh := e.rules[e.show].headers
-	remaining := intValue(d.Remaining)
+	remaining := rh.amount(d.Remaining)
 	h["X-Ratelimit-Limit"] = rh.limitValue(d.Limit)
 	if e.refused {
 		h["X-Ratelimit-Remaining"] = smallInts[0]
@@ -142,6 +144,9 @@ func (e *exchange) stamp(h http.Header) {
 	}
 	if i := fewest(e, costInput); i >= 0 {
 		e.openAI(h, i, "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens")
+	}
+	if i := fewest(e, costUSD); i >= 0 {
+		e.openAI(h, i, "X-Ratelimit-Limit-Usd", "X-Ratelimit-Remaining-Usd", "X-Ratelimit-Reset-Usd")
 	}
 	n := 0
 	for _, ru := range e.rules {
@@ -167,7 +172,7 @@ func (e *exchange) stamp(h http.Header) {
 		pol.WriteString(ru.headers.policyValue(&e.hits[i], di.Limit)[0])
 		state.WriteString(ru.headers.quoted)
 		state.WriteString(";r=")
-		state.WriteString(intValue(di.Remaining)[0])
+		state.WriteString(ru.headers.amount(di.Remaining)[0])
 		state.WriteString(";t=")
 		state.WriteString(intValue(ceilSeconds(nextAfter(di)))[0])
 	}
@@ -180,7 +185,7 @@ func (e *exchange) stamp(h http.Header) {
 func (e *exchange) openAI(h http.Header, i int, limit, remaining, reset string) {
 	d := &e.out[i]
 	h[limit] = e.rules[i].headers.limitValue(d.Limit)
-	h[remaining] = intValue(d.Remaining)
+	h[remaining] = e.rules[i].headers.amount(d.Remaining)
 	h[reset] = []string{(time.Duration(ceilMillis(d.ResetAfter)) * time.Millisecond).String()}
 }
 
@@ -190,7 +195,7 @@ func (e *exchange) openAI(h http.Header, i int, limit, remaining, reset string) 
 func fewest(x *exchange, c costKind) int {
 	best := -1
 	for i, ru := range x.rules {
-		if ru.action == actShadow || ru.cost.tokens() != c.tokens() {
+		if ru.action == actShadow || ru.cost.unit() != c.unit() {
 			continue
 		}
 		if best < 0 || x.out[i].Remaining < x.out[best].Remaining {
@@ -214,7 +219,16 @@ func (rh *ruleHeaders) limitValue(limit int64) []string {
 	if limit == rh.rule.Limit {
 		return rh.limit
 	}
-	return intValue(limit)
+	return rh.amount(limit)
+}
+
+// amount is a header value in the rule's unit: a count, or dollars for a
+// usd rule (its counters are micro-dollars).
+func (rh *ruleHeaders) amount(n int64) []string {
+	if rh.cost == costUSD {
+		return []string{config.Dollars(n)}
+	}
+	return intValue(n)
 }
 
 // policyValue is the rule's RateLimit-Policy item for a hit's effective

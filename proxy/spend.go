@@ -1,0 +1,162 @@
+package proxy
+
+import (
+	"encoding/json"
+	"math/bits"
+	"net/http"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/config"
+	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/usage"
+)
+
+// Money budgets (SPEC §8.1): a usd rule charges what a request costs at
+// the configured prices, in integers of 10⁻⁶ USD, reserved at admission
+// and settled like total_tokens. Prices are integers of 10⁻⁶ USD per
+// million tokens, so tokens × price is in 10⁻¹² USD; each charge is that
+// sum rounded up once to whole micro-dollars, so nothing drifts.
+
+const codeInsufficientQuota = "insufficient_quota"
+const codeUnpricedModel = "unpriced_model"
+
+// picoUSD sums tokens × price products exactly (128 bits) and returns the
+// sum in micro-dollars rounded up, saturated at maxReserve.
+type picoUSD struct{ hi, lo uint64 }
+
+func (s *picoUSD) add(tokens, price int64) {
+	if tokens <= 0 || price <= 0 {
+		return
+	}
+	hi, lo := bits.Mul64(uint64(tokens), uint64(price))
+	var carry uint64
+	s.lo, carry = bits.Add64(s.lo, lo, 0)
+	s.hi += hi + carry
+}
+
+func (s *picoUSD) micro() int64 {
+	const scale = config.PriceScale // 10⁻¹² USD → 10⁻⁶ USD
+	if s.hi >= scale {
+		return maxReserve
+	}
+	q, r := bits.Div64(s.hi, s.lo, scale)
+	if r > 0 {
+		q++
+	}
+	return int64(min(q, maxReserve))
+}
+
+// rates are the input and output prices for an input of n tokens: the
+// long-context ones past the price's threshold.
+func rates(p *config.Price, n int64) (in, out int64) {
+	if p.LongAbove > 0 && n > p.LongAbove {
+		return p.LongInput, p.LongOutput
+	}
+	return p.Input, p.Output
+}
+
+// reserveUSD is a usd rule's reservation: the input estimate at the input
+// price plus the requested output at the output price, both long-context
+// when the estimate passes the threshold.
+func reserveUSD(p *config.Price, input, output int64) int64 {
+	in, out := rates(p, input)
+	var s picoUSD
+	s.add(input, in)
+	s.add(output, out)
+	return s.micro()
+}
+
+// settleUSD is what a response cost: the reported usage at every price
+// that applies (fresh and cached input, cache writes, output with its
+// reasoning; long-context prices when the reported input, cache included,
+// passes the threshold), else the input estimate and the output that
+// passed.
+func settleUSD(p *config.Price, estimate int64, res usage.Result) int64 {
+	var s picoUSD
+	if !res.Reported {
+		in, out := rates(p, estimate)
+		s.add(estimate, in)
+		s.add(res.Output, out)
+		return s.micro()
+	}
+	u := res.Usage
+	in, out := rates(p, u.Input)
+	fresh := max(u.Input-u.CachedInput-u.CacheWrite, 0)
+	s.add(fresh, in)
+	s.add(u.CachedInput, p.CachedInput)
+	s.add(u.CacheWrite, p.CacheWrite)
+	s.add(u.Output, out)
+	return s.micro()
+}
+
+// usdCost is a usd rule's cost for the request, or, for a model no price
+// matches, a 400 unpriced_model answered (false): an unknown price never
+// lets spend through.
+func (p *Proxy) usdCost(x *exchange, r *http.Request, in *keyInput, ru *rule, pol *policy) (int64, bool) {
+	price, ok := pol.prices.Match(in.model)
+	if !ok {
+		ru.metrics.refused.Inc()
+		x.decision = decInvalid
+		p.log.Info("request denied", "rule", ru.lim.Name, "reason", codeUnpricedModel, "path", r.URL.Path)
+		p.writeError(x, r, &apiError{status: http.StatusBadRequest, code: codeUnpricedModel,
+			message: "No price is configured for this model, so rule " + ru.lim.Name + " cannot charge it.",
+			fields:  []field{{"model", in.model}, {"denied_by", ru.lim.Name}}})
+		return 0, false
+	}
+	x.budget.price = price
+	out := requestedOutput(in, p.cfg.OutputTokenReserve, int64(x.est.Batch))
+	return reserveUSD(price, int64(x.est.Tokens), out), true
+}
+
+// dollars is an amount of micro-dollars as a JSON number of dollars.
+func dollars(micro int64) json.Number { return json.Number(config.Dollars(micro)) }
+
+// spendMetrics are the money families: settled spend per rule and model,
+// and settled minus reserved per model (what was held for nothing).
+type spendMetrics struct {
+	spend  *prometheus.CounterVec
+	excess *prometheus.HistogramVec
+	mu     sync.Mutex
+	models map[string]bool // model labels in use (bounded)
+}
+
+func newSpendMetrics(reg prometheus.Registerer) (*spendMetrics, error) {
+	m := &spendMetrics{
+		spend: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_proxy_spend_usd_total",
+			Help: "Spend usd rules settled to, in USD, per rule and model (at most 64 model labels, then \"other\").",
+		}, []string{"rule", "model"}),
+		excess: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ratelimit_proxy_spend_settle_delta_usd",
+			Help:    "Settled minus reserved USD of usd-rule requests, per model: negative is what the reservation held for nothing.",
+			Buckets: []float64{-10, -1, -0.1, -0.01, -0.001, -0.0001, 0, 0.0001, 0.001, 0.01, 0.1, 1},
+		}, []string{"model"}),
+		models: map[string]bool{},
+	}
+	for _, c := range []prometheus.Collector{m.spend, m.excess} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// observe records one settled usd charge of rule for model.
+func (m *spendMetrics) observe(rule, model string, reserved, settled int64) {
+	model = modelLabel(model)
+	m.mu.Lock()
+	if !m.models[model] {
+		if len(m.models) >= maxModelLabels {
+			model = "other"
+		}
+		m.models[model] = true
+	}
+	m.mu.Unlock()
+	if c, err := m.spend.GetMetricWithLabelValues(rule, model); err == nil {
+		c.Add(float64(settled) / 1e6)
+	}
+	if o, err := m.excess.GetMetricWithLabelValues(model); err == nil {
+		o.Observe(float64(settled-reserved) / 1e6)
+	}
+}
