@@ -28,6 +28,18 @@ key    = ["global", "header:X-Run"]
 limit  = 1000
 window = "1h"
 
+[price."gpt-4o*"]
+input  = 2.50
+output = 10.00
+
+[[rule]]
+name   = "spend-global"
+paths  = ["/v1/responses"]
+cost   = "usd"
+key    = ["global", "header:X-Run"]
+limit  = 0.1
+window = "1h"
+
 [[rule]]
 name   = "total-per-caller"
 paths  = ["/v1/chat/completions"]
@@ -88,6 +100,47 @@ func runBudgetGroup(t *testing.T, ps []*proc, upstream, tag string, exact bool) 
 		want := int64(1000 / est.Tokens)
 		if ok.Load() > want || exact && ok.Load() != want {
 			t.Fatalf("%d admitted at %d tokens against 1000: want %d", ok.Load(), est.Tokens, want)
+		}
+	})
+
+	t.Run("spend never overshot", func(t *testing.T) {
+		// 100 concurrent requests reserving 2 500 µ$ + their input each
+		// (250 output tokens at $10/M) against $0.10: never more than fits.
+		body := []byte(`{"model":"gpt-4o-mini","max_output_tokens":250,"input":"Say hello"}`)
+		est, err := tk.Estimate(tokens.Request{Format: tokens.FormatResponses, ContentType: "application/json",
+			Body: bytes.NewReader(body), Size: int64(len(body))}, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reserve := (int64(est.Tokens)*2_500_000 + 250*10_000_000 + 999_999) / 1_000_000
+		var ok atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 100 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := pick(i).do(t, http.MethodPost, pick(i).url("/v1/responses"), body, "X-Run", tag+"-usd")
+				if r.StatusCode == 200 {
+					ok.Add(1)
+				} else if r.StatusCode != 429 || field(r.json(t), "error", "code") != "insufficient_quota" {
+					t.Errorf("%d %s", r.StatusCode, r.body)
+				}
+			}()
+		}
+		wg.Wait()
+		// Settlements refund while others decide: at least what fits at
+		// once is admitted, and never a reservation past the limit.
+		if ok.Load() < 100_000/reserve {
+			t.Fatalf("%d admitted at %d µ$ against 100 000 µ$", ok.Load(), reserve)
+		}
+		// What was spent, settled to the usage, stays within the limit:
+		// every output was within its reservation.
+		var spent float64
+		for _, p := range ps {
+			spent += sample(t, p, `ratelimit_proxy_spend_usd_total{model="gpt-4o-mini",rule="spend-global"}`)
+		}
+		if spent <= 0 || spent > 0.1+1e-9 {
+			t.Fatalf("spent $%v against $0.10 (%d admitted)", spent, ok.Load())
 		}
 	})
 
