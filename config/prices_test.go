@@ -116,3 +116,32 @@ tiers  = { free = 0.5, pro = "100", team = 1, vip = "unlimited" }
 		}
 	}
 }
+
+// prices.example.toml loads, and its entries price the models they name.
+func TestPricesExample(t *testing.T) {
+	c, err := config.Load("../prices.example.toml", func(k string) (string, bool) {
+		return map[string]string{"UPSTREAM_URL": "http://127.0.0.1:1"}[k], k == "UPSTREAM_URL"
+	})
+	if err == nil {
+		err = c.Validate()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for model, want := range map[string]string{
+		"gpt-4o-2024-08-06": "gpt-4o*", "gpt-4o-mini": "gpt-4o-mini*", "gpt-4.1-nano-2025-04-14": "gpt-4.1-nano*",
+		"gpt-5-mini": "gpt-5-mini*", "claude-sonnet-4-20250514": "claude-sonnet-4*", "claude-3-5-haiku-latest": "claude-3-5-haiku*",
+		"o4-mini-2025-04-16": "o4-mini*",
+	} {
+		if p, ok := c.Prices.Match(model); !ok || p.Pattern != want {
+			t.Errorf("%s priced by %+v, want %s", model, p, want)
+		}
+	}
+	if _, ok := c.Prices.Match("llama-3.1-70b"); ok {
+		t.Error("an unknown model is priced")
+	}
+	p, _ := c.Prices.Match("claude-sonnet-4-5")
+	if p.LongAbove != 200000 || p.CacheWrite != 3_750_000 {
+		t.Errorf("claude-sonnet-4: %+v", p)
+	}
+}

@@ -482,9 +482,15 @@ func Dollars(micro int64) string {
 	if micro < 0 {
 		sign, micro = "-", -micro
 	}
-	s := strconv.FormatInt(micro/1e6, 10)
+	b := make([]byte, 0, 24)
+	b = append(b, sign...)
+	b = strconv.AppendInt(b, micro/1e6, 10)
 	if frac := micro % 1e6; frac != 0 {
-		s += "." + strings.TrimRight(fmt.Sprintf("%06d", frac), "0")
+		b = append(b, '.')
+		for d := int64(100_000); d > 0 && frac > 0; d /= 10 {
+			b = append(b, byte('0'+frac/d))
+			frac %= d
+		}
 	}
-	return sign + s
+	return string(b)
 }

@@ -139,3 +139,44 @@ func benchHandler(b *testing.B, cfg config.Config) http.Handler {
 	}
 	return p.Handler()
 }
+
+// BenchmarkHandlerBudget is one admitted protected POST under a
+// total_tokens rule, then under a usd rule (SPEC §8.1's target: within
+// 5 % of each other): reservation, the response read for usage, the
+// settlement, in memory.
+func BenchmarkHandlerBudget(b *testing.B) {
+	for _, cost := range []string{config.CostTotalTokens, config.CostUSD} {
+		b.Run(cost, func(b *testing.B) {
+			cfg := config.Default()
+			cfg.UpstreamURL = "http://upstream.invalid"
+			cfg.Rules = []config.Rule{{Name: "budget", Methods: []string{"POST"}, Key: []string{"caller"}, OnMissingKey: "skip",
+				Algorithm: config.AlgSlidingWindow, Limit: 1 << 50, Window: time.Minute, Cost: cost, Action: "reject"}}
+			cfg.Prices = config.Prices{{Pattern: "gpt-4o*", Input: 2_500_000, CachedInput: 1_250_000, CacheWrite: 2_500_000, Output: 10_000_000}}
+			tk := tokens.New()
+			if err := tk.Preload(); err != nil {
+				b.Fatal(err)
+			}
+			p, err := proxy.New(proxy.Options{Config: cfg, Store: limits.NewMemory(limits.MemoryOptions{}), Logger: slog.New(slog.DiscardHandler),
+				Tokenizer: tk, Registerer: prometheus.NewRegistry(),
+				Transport: staticTransport{body: []byte(`{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Bonjour"}}],"usage":{"prompt_tokens":40,"completion_tokens":5,"total_tokens":45}}`)}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := p.Handler()
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				w := &discardWriter{h: http.Header{}}
+				i := 0
+				for pb.Next() {
+					r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(chatBody))
+					r.RemoteAddr = "203.0.113." + strconv.Itoa(i&255) + ":4711"
+					r.Header.Set("Content-Type", "application/json")
+					clear(w.h)
+					h.ServeHTTP(w, r)
+					i++
+				}
+			})
+		})
+	}
+}

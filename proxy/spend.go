@@ -119,6 +119,13 @@ type spendMetrics struct {
 	excess *prometheus.HistogramVec
 	mu     sync.Mutex
 	models map[string]bool // model labels in use (bounded)
+	// series caches the children of (rule, model) pairs seen.
+	series map[[2]string]spendSeries
+}
+
+type spendSeries struct {
+	spend  prometheus.Counter
+	excess prometheus.Observer
 }
 
 func newSpendMetrics(reg prometheus.Registerer) (*spendMetrics, error) {
@@ -133,6 +140,7 @@ func newSpendMetrics(reg prometheus.Registerer) (*spendMetrics, error) {
 			Buckets: []float64{-10, -1, -0.1, -0.01, -0.001, -0.0001, 0, 0.0001, 0.001, 0.01, 0.1, 1},
 		}, []string{"model"}),
 		models: map[string]bool{},
+		series: map[[2]string]spendSeries{},
 	}
 	for _, c := range []prometheus.Collector{m.spend, m.excess} {
 		if err := reg.Register(c); err != nil {
@@ -144,19 +152,36 @@ func newSpendMetrics(reg prometheus.Registerer) (*spendMetrics, error) {
 
 // observe records one settled usd charge of rule for model.
 func (m *spendMetrics) observe(rule, model string, reserved, settled int64) {
-	model = modelLabel(model)
 	m.mu.Lock()
-	if !m.models[model] {
-		if len(m.models) >= maxModelLabels {
-			model = "other"
-		}
-		m.models[model] = true
+	s, ok := m.series[[2]string{rule, model}]
+	if !ok {
+		s, ok = m.resolve(rule, model)
 	}
 	m.mu.Unlock()
-	if c, err := m.spend.GetMetricWithLabelValues(rule, model); err == nil {
-		c.Add(float64(settled) / 1e6)
+	if ok {
+		s.spend.Add(float64(settled) / 1e6)
+		s.excess.Observe(float64(settled-reserved) / 1e6)
 	}
-	if o, err := m.excess.GetMetricWithLabelValues(model); err == nil {
-		o.Observe(float64(settled-reserved) / 1e6)
+}
+
+// resolve finds the children for (rule, model), the model label made
+// valid and bounded; m.mu is held.
+func (m *spendMetrics) resolve(rule, model string) (spendSeries, bool) {
+	label := modelLabel(model)
+	if !m.models[label] {
+		if len(m.models) >= maxModelLabels {
+			label = "other"
+		}
+		m.models[label] = true
 	}
+	c, err1 := m.spend.GetMetricWithLabelValues(rule, label)
+	o, err2 := m.excess.GetMetricWithLabelValues(label)
+	if err1 != nil || err2 != nil {
+		return spendSeries{}, false
+	}
+	s := spendSeries{spend: c, excess: o}
+	if len(m.series) < 4*maxModelLabels*maxModelLabels {
+		m.series[[2]string{rule, model}] = s // keyed by the raw model: bounded above
+	}
+	return s, true
 }
