@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"sort"
@@ -202,4 +203,20 @@ func priceAmount(v any) (int64, error) {
 		return 0, fmt.Errorf("must be at most %d (USD per million tokens)", maxPrice)
 	}
 	return int64(math.Round(f * PriceScale)), nil
+}
+
+// writePrices prints the price tables as TOML, every field filled in (the
+// defaults applied), longest pattern first as they are matched.
+func (c *Config) writePrices(w io.Writer) error {
+	var b strings.Builder
+	amount := func(n int64) string { return Dollars(n) } // same scale: 10⁻⁶ per unit
+	for _, p := range c.Prices {
+		fmt.Fprintf(&b, "\n[price.%s]\ninput = %s\ncached_input = %s\ncache_write = %s\noutput = %s\n",
+			strconv.Quote(p.Pattern), amount(p.Input), amount(p.CachedInput), amount(p.CacheWrite), amount(p.Output))
+		if p.LongAbove > 0 {
+			fmt.Fprintf(&b, "long_context = { above = %d, input = %s, output = %s }\n", p.LongAbove, amount(p.LongInput), amount(p.LongOutput))
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }

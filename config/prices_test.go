@@ -145,3 +145,25 @@ func TestPricesExample(t *testing.T) {
 		t.Errorf("claude-sonnet-4: %+v", p)
 	}
 }
+
+// -check prints the prices it will charge, defaults applied, and what it
+// prints loads back the same.
+func TestPricesWritten(t *testing.T) {
+	c, err := loadRules(t, "[price.\"claude-sonnet-4*\"]\ninput = 3\ncached_input = 0.3\noutput = 15\nlong_context = { above = 200000, input = 6, output = 22.5 }\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := c.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	want := "[price.\"claude-sonnet-4*\"]\ninput = 3\ncached_input = 0.3\ncache_write = 3\noutput = 15\nlong_context = { above = 200000, input = 6, output = 22.5 }\n"
+	if !strings.Contains(b.String(), want) {
+		t.Fatalf("-check printed\n%s\nwant\n%s", b.String(), want)
+	}
+	i := strings.Index(b.String(), "[price.")
+	again, err := loadRules(t, b.String()[i:], nil)
+	if err != nil || len(again.Prices) != 1 || again.Prices[0] != c.Prices[0] {
+		t.Fatalf("printed prices load back as %+v, %v", again.Prices, err)
+	}
+}

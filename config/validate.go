@@ -191,7 +191,10 @@ func (c *Config) Write(w io.Writer) error {
 			return err
 		}
 	}
-	return c.writeRules(w)
+	if err := c.writeRules(w); err != nil {
+		return err
+	}
+	return c.writePrices(w)
 }
 
 var userinfo = regexp.MustCompile(`//[^/@]*@`)
