@@ -76,6 +76,27 @@ type budget struct {
 	model   string
 }
 
+// meteredCost sets the cost of a token or money rule's hit; false when it
+// answered (400 unpriced_model).
+func (p *Proxy) meteredCost(x *exchange, r *http.Request, in *keyInput, pol *policy, ru *rule, h *limits.Hit) bool {
+	if ru.cost == costUSD {
+		c, ok := p.usdCost(x, r, in, ru, pol)
+		if !ok {
+			return false
+		}
+		h.Cost = c
+	} else {
+		h.Cost = p.tokenCost(x, in, ru.cost)
+	}
+	if x.apiPath != "" && x.est.Stopped {
+		// Past MAX_INPUT_TOKENS: the token cap refuses it, and a prompt
+		// that never reaches the model is charged nothing; the rule still
+		// shows its state.
+		h.Cost = 0
+	}
+	return true
+}
+
 // tokenCost is the cost of a token rule's hit: the input estimate, plus
 // the requested output for total_tokens.
 func (p *Proxy) tokenCost(x *exchange, in *keyInput, c costKind) int64 {

@@ -144,22 +144,8 @@ func (p *Proxy) addHit(x *exchange, r *http.Request, in *keyInput, pol *policy, 
 		return false
 	}
 	h := limits.Hit{Rule: ru.lim, Key: key, Cost: 1}
-	if ru.cost.metered() {
-		if ru.cost == costUSD {
-			c, ok := p.usdCost(x, r, in, ru, pol)
-			if !ok {
-				return false
-			}
-			h.Cost = c
-		} else {
-			h.Cost = p.tokenCost(x, in, ru.cost)
-		}
-		if x.apiPath != "" && x.est.Stopped {
-			// Past MAX_INPUT_TOKENS: the token cap refuses it, and a prompt
-			// that never reaches the model is charged no tokens; the rule
-			// still shows its state.
-			h.Cost = 0
-		}
+	if ru.cost.metered() && !p.meteredCost(x, r, in, pol, ru, &h) {
+		return false
 	}
 	eff, own := tierLimit{}, false
 	if ru.tiers != nil && in.plan != "" {
