@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -176,33 +175,19 @@ func decodePrice(name string, raw any) (Price, []error) {
 }
 
 // priceAmount reads a price in USD per million tokens: a number ≥ 0 (a
-// TOML integer, float or decimal string) with at most 6 decimals kept.
+// TOML integer, float or decimal string) with at most 6 decimals kept, as
+// integers of 10⁻⁶ — the scale of a usd rule's amounts.
 func priceAmount(v any) (int64, error) {
-	var f float64
-	switch x := v.(type) {
-	case int64:
-		f = float64(x)
-	case int:
-		f = float64(x)
-	case float64:
-		f = x
-	case string:
-		var err error
-		if f, err = strconv.ParseFloat(strings.TrimSpace(x), 64); err != nil {
-			return 0, errors.New("not a number")
-		}
-	default:
-		return 0, errors.New("not a number")
-	}
+	n, err := microDollars(v)
 	switch {
-	case math.IsNaN(f) || math.IsInf(f, 0):
+	case err != nil:
 		return 0, errors.New("not a number")
-	case f < 0:
+	case n < 0:
 		return 0, errors.New("must not be negative")
-	case f > maxPrice:
+	case n > maxPrice*PriceScale:
 		return 0, fmt.Errorf("must be at most %d (USD per million tokens)", maxPrice)
 	}
-	return int64(math.Round(f * PriceScale)), nil
+	return n, nil
 }
 
 // writePrices prints the price tables as TOML, every field filled in (the
