@@ -61,21 +61,7 @@ func BenchmarkHandler(b *testing.B) {
 			cfg := config.Default()
 			cfg.UpstreamURL = "http://upstream.invalid"
 			cfg.ChatRPM = tc.limit
-			h := benchHandler(b, cfg)
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				w := &discardWriter{h: http.Header{}}
-				i := 0
-				for pb.Next() {
-					r := httptest.NewRequest(http.MethodPost, tc.path, strings.NewReader(chatBody))
-					r.RemoteAddr = "203.0.113." + strconv.Itoa(i&255) + ":4711"
-					r.Header.Set("Content-Type", "application/json")
-					clear(w.h)
-					h.ServeHTTP(w, r)
-					i++
-				}
-			})
+			postChats(b, benchHandler(b, cfg), tc.path, nil)
 		})
 	}
 }
@@ -103,21 +89,8 @@ func BenchmarkHandlerRules(b *testing.B) {
 				r.Limit, r.Window = 1<<40, time.Minute
 				cfg.Rules = append(cfg.Rules, r)
 			}
-			h := benchHandler(b, cfg)
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				w := &discardWriter{h: http.Header{}}
-				i := 0
-				for pb.Next() {
-					r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(chatBody))
-					r.RemoteAddr = "203.0.113." + strconv.Itoa(i&255) + ":4711"
-					r.Header.Set("Content-Type", "application/json")
-					r.Header.Set("X-Team", "team-"+strconv.Itoa(i&15))
-					clear(w.h)
-					h.ServeHTTP(w, r)
-					i++
-				}
+			postChats(b, benchHandler(b, cfg), "/v1/chat/completions", func(r *http.Request, i int) {
+				r.Header.Set("X-Team", "team-"+strconv.Itoa(i&15))
 			})
 		})
 	}
@@ -126,18 +99,45 @@ func BenchmarkHandlerRules(b *testing.B) {
 // benchHandler is the public handler for cfg over an in-memory store and
 // upstream, with the tokenizer loaded before the timer starts.
 func benchHandler(b *testing.B, cfg config.Config) http.Handler {
+	return benchProxy(b, cfg, staticTransport{body: []byte(`{"id":"chatcmpl-1","object":"chat.completion","choices":[]}`)})
+}
+
+// benchProxy is the public handler for cfg over an in-memory store,
+// forwarding through transport (nil: a real one), the tokenizer loaded.
+func benchProxy(b *testing.B, cfg config.Config, transport http.RoundTripper) http.Handler {
 	b.Helper()
 	tk := tokens.New()
 	if err := tk.Preload(); err != nil {
 		b.Fatal(err)
 	}
 	p, err := proxy.New(proxy.Options{Config: cfg, Store: limits.NewMemory(limits.MemoryOptions{}), Logger: slog.New(slog.DiscardHandler),
-		Tokenizer: tk, Registerer: prometheus.NewRegistry(),
-		Transport: staticTransport{body: []byte(`{"id":"chatcmpl-1","object":"chat.completion","choices":[]}`)}})
+		Tokenizer: tk, Registerer: prometheus.NewRegistry(), Transport: transport})
 	if err != nil {
 		b.Fatal(err)
 	}
 	return p.Handler()
+}
+
+// postChats runs the benchmark's loop: chatBody POSTed to path from 256
+// client addresses, in parallel, each request set up by hdr when given.
+func postChats(b *testing.B, h http.Handler, path string, hdr func(r *http.Request, i int)) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		w := &discardWriter{h: http.Header{}}
+		i := 0
+		for pb.Next() {
+			r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(chatBody))
+			r.RemoteAddr = "203.0.113." + strconv.Itoa(i&255) + ":4711"
+			r.Header.Set("Content-Type", "application/json")
+			if hdr != nil {
+				hdr(r, i)
+			}
+			clear(w.h)
+			h.ServeHTTP(w, r)
+			i++
+		}
+	})
 }
 
 // BenchmarkHandlerBudget is one admitted protected POST under a
@@ -152,31 +152,8 @@ func BenchmarkHandlerBudget(b *testing.B) {
 			cfg.Rules = []config.Rule{{Name: "budget", Methods: []string{"POST"}, Key: []string{"caller"}, OnMissingKey: "skip",
 				Algorithm: config.AlgSlidingWindow, Limit: 1 << 50, Window: time.Minute, Cost: cost, Action: "reject"}}
 			cfg.Prices = config.Prices{{Pattern: "gpt-4o*", Input: 2_500_000, CachedInput: 1_250_000, CacheWrite: 2_500_000, Output: 10_000_000}}
-			tk := tokens.New()
-			if err := tk.Preload(); err != nil {
-				b.Fatal(err)
-			}
-			p, err := proxy.New(proxy.Options{Config: cfg, Store: limits.NewMemory(limits.MemoryOptions{}), Logger: slog.New(slog.DiscardHandler),
-				Tokenizer: tk, Registerer: prometheus.NewRegistry(),
-				Transport: staticTransport{body: []byte(`{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Bonjour"}}],"usage":{"prompt_tokens":40,"completion_tokens":5,"total_tokens":45}}`)}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			h := p.Handler()
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				w := &discardWriter{h: http.Header{}}
-				i := 0
-				for pb.Next() {
-					r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(chatBody))
-					r.RemoteAddr = "203.0.113." + strconv.Itoa(i&255) + ":4711"
-					r.Header.Set("Content-Type", "application/json")
-					clear(w.h)
-					h.ServeHTTP(w, r)
-					i++
-				}
-			})
+			h := benchProxy(b, cfg, staticTransport{body: []byte(`{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Bonjour"}}],"usage":{"prompt_tokens":40,"completion_tokens":5,"total_tokens":45}}`)})
+			postChats(b, h, "/v1/chat/completions", nil)
 		})
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -12,12 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
-	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
-	"github.com/ratelimit-proxy/ratelimit-proxy/proxy"
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
 )
 
 // streamChunks is the length of the benchmark's SSE stream.
@@ -88,16 +82,7 @@ func BenchmarkStream(b *testing.B) {
 				cfg.Rules = []config.Rule{{Name: "tpm", Methods: []string{"POST"}, Key: []string{"caller"}, OnMissingKey: "skip",
 					Algorithm: config.AlgSlidingWindow, Limit: 1 << 50, Window: time.Minute, Cost: config.CostTotalTokens, Action: "reject"}}
 			}
-			tk := tokens.New()
-			if err := tk.Preload(); err != nil {
-				b.Fatal(err)
-			}
-			p, err := proxy.New(proxy.Options{Config: cfg, Store: limits.NewMemory(limits.MemoryOptions{}),
-				Logger: slog.New(slog.DiscardHandler), Tokenizer: tk, Registerer: prometheus.NewRegistry()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv := httptest.NewServer(p.Handler())
+			srv := httptest.NewServer(benchProxy(b, cfg, nil))
 			defer srv.Close()
 			client := srv.Client()
 			buf := make([]byte, 32<<10)
