@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"testing"
+	"time"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/usage"
@@ -44,6 +45,16 @@ func TestSpendArithmetic(t *testing.T) {
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s: %d µ$, want %d", tc.name, tc.got, tc.want)
+		}
+	}
+}
+
+// OpenAI's reset headers: Go durations, whole seconds from one second on.
+func TestDurationValue(t *testing.T) {
+	for d, want := range map[time.Duration]string{0: "0s", -time.Second: "0s", 349_100 * time.Microsecond: "350ms",
+		time.Second: "1s", 59_001 * time.Millisecond: "1m0s", 360 * time.Second: "6m0s", 24 * time.Hour: "24h0m0s"} {
+		if got := durationValue(d)[0]; got != want {
+			t.Errorf("%v: %q, want %q", d, got, want)
 		}
 	}
 }

@@ -186,7 +186,32 @@ func (e *exchange) openAI(h http.Header, i int, limit, remaining, reset string) 
 	d := &e.out[i]
 	h[limit] = e.rules[i].headers.limitValue(d.Limit)
 	h[remaining] = e.rules[i].headers.amount(d.Remaining)
-	h[reset] = []string{(time.Duration(ceilMillis(d.ResetAfter)) * time.Millisecond).String()}
+	h[reset] = durationValue(d.ResetAfter)
+}
+
+// wholeSeconds holds the header values "0s" … "1h0m0s", shared like
+// smallInts': a reset of a second or more is rounded up to whole seconds.
+var wholeSeconds = func() (t [3601][]string) {
+	for i := range t {
+		t[i] = []string{(time.Duration(i) * time.Second).String()}
+	}
+	return t
+}()
+
+// durationValue is a Go-style duration header value (OpenAI's reset
+// headers, "6m0s"): whole seconds rounded up from one second on, else
+// milliseconds rounded up ("350ms").
+func durationValue(d time.Duration) []string {
+	if d < time.Second {
+		if d <= 0 {
+			return wholeSeconds[0]
+		}
+		return []string{(time.Duration(ceilMillis(d)) * time.Millisecond).String()}
+	}
+	if s := ceilSeconds(d); s < int64(len(wholeSeconds)) {
+		return wholeSeconds[s]
+	}
+	return []string{(time.Duration(ceilSeconds(d)) * time.Second).String()}
 }
 
 // fewest is the applying enforcing rule counting requests (c is
