@@ -481,11 +481,17 @@ func truthy(v string) bool {
 
 // countFor is how far an unprotected route's body is counted for the
 // applying token rules: past the largest limit any of them can admit at
-// once, the cost is refused whatever it is. -1 when none applies.
+// once, the cost is refused whatever it is. A usd rule counts it all. -1
+// when none applies.
 func countFor(cands []*rule) int64 {
 	n := int64(-1)
 	for _, ru := range cands {
-		if ru.cost.metered() {
+		switch {
+		case ru.cost == costUSD:
+			// Its limit is dollars, not tokens: count the whole body
+			// (bounded by MAX_BODY_BYTES).
+			return math.MaxInt32
+		case ru.cost.metered():
 			n = max(n, ru.maxCost)
 		}
 	}
