@@ -45,6 +45,9 @@ type Config struct {
 	// Prices are the file's [price."…"] tables (SPEC §8.1), longest
 	// pattern first.
 	Prices Prices
+	// UpstreamGroups are the file's [[upstream_group]] tables (SPEC §9),
+	// in file order, their defaults applied.
+	UpstreamGroups []UpstreamGroup
 
 	// Demo is set by -demo: the upstream is the built-in mock, so
 	// UpstreamURL is not required.

@@ -212,7 +212,7 @@ func Load(path string, getenv func(string) (string, bool)) (Config, error) {
 	origin := map[string]string{}
 	var errs []error
 	for key := range k.Raw() {
-		if key == "rule" || key == "price" {
+		if key == "rule" || key == "price" || key == "upstream_group" {
 			continue // file only: decoded below
 		}
 		if !known(key) {
@@ -252,6 +252,11 @@ func Load(path string, getenv func(string) (string, bool)) (Config, error) {
 		prices, perrs := decodePrices(raw)
 		c.Prices = prices
 		errs = append(errs, perrs...)
+	}
+	if raw, ok := k.Raw()["upstream_group"]; ok {
+		groups, gerrs := decodeUpstreamGroups(raw)
+		c.UpstreamGroups = groups
+		errs = append(errs, gerrs...)
 	}
 	if !c.IsSet("max_body_bytes") {
 		c.MaxBodyBytes = c.MaxFileBytes + 1<<20

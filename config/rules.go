@@ -156,21 +156,9 @@ func decodeRule(i int, t map[string]any) (Rule, []error) {
 		if !ok {
 			return
 		}
-		var out []string
-		switch x := v.(type) {
-		case []any:
-			for _, e := range x {
-				s, ok := e.(string)
-				if !ok {
-					bad(field, v, "not a list of strings")
-					return
-				}
-				out = append(out, s)
-			}
-		case []string:
-			out = x
-		default:
-			bad(field, v, "not a list of strings")
+		out, err := readStrings(v)
+		if err != nil {
+			bad(field, v, "%v", err)
 			return
 		}
 		*dst = out
@@ -180,18 +168,9 @@ func decodeRule(i int, t map[string]any) (Rule, []error) {
 		if !ok {
 			return
 		}
-		s, ok := v.(string)
-		if !ok {
-			bad(field, v, "missing unit")
-			return
-		}
-		d, err := time.ParseDuration(strings.TrimSpace(s))
+		d, err := readDuration(v)
 		if err != nil {
-			if _, numErr := strconv.ParseFloat(strings.TrimSpace(s), 64); numErr == nil {
-				bad(field, v, "missing unit")
-			} else {
-				bad(field, v, "not a duration")
-			}
+			bad(field, v, "%v", err)
 			return
 		}
 		*dst = d
@@ -287,6 +266,43 @@ func decodeRule(i int, t map[string]any) (Rule, []error) {
 	})
 	sort.Slice(r.Overrides, func(a, b int) bool { return r.Overrides[a].Key < r.Overrides[b].Key })
 	return r, errs
+}
+
+// readStrings reads a TOML array of strings.
+func readStrings(v any) ([]string, error) {
+	var out []string
+	switch x := v.(type) {
+	case []any:
+		for _, e := range x {
+			s, ok := e.(string)
+			if !ok {
+				return nil, errors.New("not a list of strings")
+			}
+			out = append(out, s)
+		}
+	case []string:
+		out = x
+	default:
+		return nil, errors.New("not a list of strings")
+	}
+	return out, nil
+}
+
+// readDuration reads a duration of a [[rule]] or [[upstream_group]]
+// table: a string with a unit ("10s", "5m"); a bare number is "missing unit".
+func readDuration(v any) (time.Duration, error) {
+	s, ok := v.(string)
+	if !ok {
+		return 0, errors.New("missing unit")
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		if _, numErr := strconv.ParseFloat(strings.TrimSpace(s), 64); numErr == nil {
+			return 0, errors.New("missing unit")
+		}
+		return 0, errors.New("not a duration")
+	}
+	return d, nil
 }
 
 // wholeNumber reads an integer given as a TOML integer (or a float with no

@@ -107,6 +107,7 @@ func (c *Config) Validate() error {
 		bad("output_token_reserve", c.OutputTokenReserve, "must not be negative")
 	}
 	errs = append(errs, c.validateRules()...)
+	errs = append(errs, c.validateGroups()...)
 	return errors.Join(errs...)
 }
 
@@ -194,7 +195,10 @@ func (c *Config) Write(w io.Writer) error {
 	if err := c.writeRules(w); err != nil {
 		return err
 	}
-	return c.writePrices(w)
+	if err := c.writePrices(w); err != nil {
+		return err
+	}
+	return c.writeUpstreamGroups(w)
 }
 
 var userinfo = regexp.MustCompile(`//[^/@]*@`)

@@ -1,0 +1,356 @@
+// Package gate protects the upstream (SPEC §9): a group of routes gets an
+// in-flight cap, an outbound rate, a queue ordered by priority then
+// arrival, a pause when the upstream says it is overloaded, and an
+// adaptive (AIMD) rate. The state lives in memory for one instance or on
+// Redis for many (slots as leases, the queue as a sorted set, one Lua
+// script per step).
+//
+// A request takes a Ticket with Acquire before it leaves for the upstream
+// and gives it back with Release on every ending; Transport retries the
+// upstream's 429 and 503 answers under the ticket.
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options describe one group.
+type Options struct {
+	Name        string
+	MaxInFlight int64         // 0: no cap
+	Rate        int64         // requests towards the upstream per Per; 0: no rate
+	Per         time.Duration // the rate's window
+	Queue       int64         // most requests waiting (every instance together); 0: none wait
+	MaxWait     time.Duration // longest wait in the queue; 0: none wait
+	Priorities  []string      // highest first (metric labels); at least one
+	Retries     int           // retries of an upstream 429/503
+	MaxBackoff  time.Duration // longest wait before one retry
+	Adaptive    *Adaptive     // nil: off
+	// BaseBackoff is the first retry's backoff ceiling (doubling from
+	// there up to MaxBackoff); 500 ms when 0.
+	BaseBackoff time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+	// Metrics, when set, receive the group's measurements.
+	Metrics *Metrics
+}
+
+// Adaptive is AIMD (SPEC §9): the effective rate starts at Start × Rate,
+// rises by Increase after each clean Every, is multiplied by Decrease on
+// an upstream 429 and then held for Hold, and never exceeds Ceiling × Rate.
+// Factors are integers of 10⁻⁶ (ppm) so that memory and Redis compute the
+// same values.
+type Adaptive struct {
+	Start, Increase, Decrease, Ceiling int64
+	Every, Hold                        time.Duration
+}
+
+// PPM is one whole factor.
+const PPM = 1_000_000
+
+// Reasons a request is refused with 503 upstream_busy.
+const (
+	ReasonQueueFull = "queue_full" // the queue is full (or none may wait)
+	ReasonMaxWait   = "max_wait"   // waited max_wait (or until the caller's deadline)
+	ReasonPaused    = "paused"     // the upstream's pause outlasts max_wait
+)
+
+// BusyError is a refusal: the upstream cannot take the request in time.
+type BusyError struct {
+	Reason     string
+	RetryAfter time.Duration // when trying again makes sense; ≥ 1 s
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("upstream busy (%s), retry after %s", e.Reason, e.RetryAfter)
+}
+
+// ErrUnavailable is Acquire's error when the shared state cannot be
+// reached and the group must not decide alone (FAIL_OPEN=false).
+var ErrUnavailable = errors.New("gate: shared state unavailable")
+
+// Group is one [[upstream_group]]: its gate on this instance.
+type Group struct {
+	o       Options
+	now     func() time.Time
+	b       backend
+	m       *groupMetrics
+	waiting []atomic.Int64 // local waiters by priority (metrics)
+	flying  atomic.Int64   // local tickets held
+	closed  sync.Once
+}
+
+// New returns a group whose state is in memory (one instance).
+func New(o Options) (*Group, error) {
+	g, err := newGroup(o)
+	if err != nil {
+		return nil, err
+	}
+	g.b = newMemory(g.o)
+	return g, nil
+}
+
+func newGroup(o Options) (*Group, error) {
+	switch {
+	case o.Name == "":
+		return nil, errors.New("gate: a group needs a name")
+	case len(o.Priorities) == 0:
+		return nil, errors.New("gate: a group needs at least one priority")
+	case o.Rate > 0 && o.Per <= 0:
+		return nil, errors.New("gate: a rate needs a window")
+	case o.Adaptive != nil && (o.Rate <= 0 || o.Adaptive.Every <= 0):
+		return nil, errors.New("gate: adaptive needs a rate and a period")
+	}
+	if o.MaxWait <= 0 {
+		o.Queue = 0 // nobody may wait
+	}
+	if o.BaseBackoff <= 0 {
+		o.BaseBackoff = 500 * time.Millisecond
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	g := &Group{o: o, now: o.Now, waiting: make([]atomic.Int64, len(o.Priorities))}
+	if o.Metrics != nil {
+		g.m = o.Metrics.group(g)
+	}
+	return g, nil
+}
+
+// Name is the group's name.
+func (g *Group) Name() string { return g.o.Name }
+
+// Close stops the group's background work (Redis: renewals, the
+// dispatcher); tickets still held are released by their requests.
+func (g *Group) Close() {
+	g.closed.Do(func() {
+		g.b.close()
+		if g.o.Metrics != nil {
+			g.o.Metrics.drop(g)
+		}
+	})
+}
+
+// waiter is one request on its way through the gate.
+type waiter struct {
+	id    string // Redis: instance:sequence; memory: ""
+	prio  int
+	since time.Time
+	done  chan error // one value: nil when granted, else why not
+	// The memory backend's queue links, guarded by its lock.
+	prev, next *waiter
+	queued     bool
+	// local: the fallback decided it (the shared store had failed).
+	local bool
+}
+
+// grant hands w its slot; refuse tells it why it has none. Each waiter
+// gets exactly one of them (done has room for one).
+func (w *waiter) grant()           { w.done <- nil }
+func (w *waiter) refuse(err error) { w.done <- err }
+
+// Acquire waits for a slot towards the upstream for a request of priority
+// prio (an index into Options.Priorities, 0 highest), at most MaxWait and
+// never past deadline (zero: none) or ctx's end. The error is a
+// *BusyError, ErrUnavailable, or ctx's error when the client left.
+func (g *Group) Acquire(ctx context.Context, prio int, deadline time.Time) (*Ticket, error) {
+	if prio < 0 || prio >= len(g.o.Priorities) {
+		prio = len(g.o.Priorities) - 1
+	}
+	start := g.now()
+	w := &waiter{prio: prio, since: start, done: make(chan error, 1)}
+	res, err := g.b.enter(ctx, w, start)
+	if err != nil {
+		return nil, err
+	}
+	switch res.outcome {
+	case granted:
+		return g.admit(w, start), nil
+	case refused:
+		return nil, g.busy(res.reason, res.hint)
+	}
+	wait := g.o.MaxWait
+	if !deadline.IsZero() {
+		wait = min(wait, deadline.Sub(start))
+	}
+	g.waiting[prio].Add(1)
+	defer g.waiting[prio].Add(-1)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case err := <-w.done:
+		if err != nil {
+			return nil, err
+		}
+		return g.admit(w, start), nil
+	case <-timer.C:
+		if g.give(w) {
+			return g.admit(w, start), nil // granted as the wait ended
+		}
+		return nil, g.busy(ReasonMaxWait, g.pauseLeft())
+	case <-ctx.Done():
+		if g.give(w) {
+			g.release(w) // granted as the client left: nobody uses it
+		}
+		if g.m != nil {
+			g.m.gone.Inc()
+		}
+		return nil, ctx.Err()
+	}
+}
+
+// give takes a waiting w out of the queue; true when it had been granted
+// meanwhile (its slot is then the caller's to use or release). A refusal
+// that raced the wait counts as no slot.
+func (g *Group) give(w *waiter) bool {
+	left, err := g.b.leave(context.Background(), w, g.now())
+	if err == nil && left {
+		return false
+	}
+	// Not in the queue any more: it was granted or refused; done says.
+	select {
+	case err := <-w.done:
+		return err == nil
+	default:
+	}
+	if err != nil {
+		return false // unknown: a lease of ours expires unrenewed
+	}
+	// Granted in the store; the grant is on its way to done.
+	return <-w.done == nil
+}
+
+func (g *Group) admit(w *waiter, start time.Time) *Ticket {
+	g.flying.Add(1)
+	if g.m != nil {
+		g.m.waited(w.prio, g.now().Sub(start))
+	}
+	return &Ticket{g: g, w: w}
+}
+
+func (g *Group) busy(reason string, hint time.Duration) *BusyError {
+	if g.m != nil {
+		g.m.busy(reason)
+	}
+	return &BusyError{Reason: reason, RetryAfter: max(hint, time.Second)}
+}
+
+func (g *Group) release(w *waiter) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	g.b.release(ctx, w, g.now())
+}
+
+// Ticket is a slot towards the upstream, held from the request's
+// departure to its last byte.
+type Ticket struct {
+	g *Group
+	w *waiter
+	// Deadline is the caller's: no retry is waited for past it.
+	Deadline time.Time
+	released atomic.Bool
+	attempts int
+}
+
+// Group is the ticket's group.
+func (t *Ticket) Group() *Group { return t.g }
+
+// Release gives the slot back; only the first call counts.
+func (t *Ticket) Release() {
+	if t == nil || !t.released.CompareAndSwap(false, true) {
+		return
+	}
+	t.g.flying.Add(-1)
+	t.g.release(t.w)
+}
+
+// InFlight is how many tickets of the group this instance holds.
+func (g *Group) InFlight() int64 { return g.flying.Load() }
+
+// Waiting is how many requests of priority prio wait on this instance.
+func (g *Group) Waiting(prio int) int64 { return g.waiting[prio].Load() }
+
+// throttled records an upstream 429 or 503 answer to a request sent at
+// sent: the group pauses for pause (at least), and a 429 lowers the
+// adaptive rate. It returns the pause remaining.
+func (g *Group) throttled(w *waiter, status int, pause time.Duration, sent time.Time) time.Duration {
+	if g.m != nil {
+		g.m.throttled(status)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	now := g.now()
+	left, err := g.b.throttle(ctx, w, throttle{pause: pause, age: now.Sub(sent), decrease: status == 429}, now)
+	if err != nil {
+		return pause
+	}
+	return left
+}
+
+// pauseLeft is the pause remaining as this instance last saw it.
+func (g *Group) pauseLeft() time.Duration {
+	return g.b.snapshot(g.now()).pause
+}
+
+// resent counts a retry in the outbound rate.
+func (g *Group) resent(w *waiter, attempt int) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	g.b.resent(ctx, w, attempt, g.now())
+}
+
+// Snapshot is the shared state as this instance last saw it.
+type Snapshot struct {
+	Factor float64       // the adaptive factor (1 when off)
+	Pause  time.Duration // pause remaining
+}
+
+// Snapshot reports the group's shared state for metrics and tests.
+func (g *Group) Snapshot() Snapshot {
+	s := g.b.snapshot(g.now())
+	return Snapshot{Factor: float64(s.factor) / PPM, Pause: s.pause}
+}
+
+// outcome of entering the gate.
+type outcome uint8
+
+const (
+	granted outcome = iota
+	queued
+	refused
+)
+
+type enterResult struct {
+	outcome outcome
+	reason  string        // refused: a Reason
+	hint    time.Duration // when the state may let one more through (rate, pause); 0 unknown
+}
+
+type throttle struct {
+	pause    time.Duration
+	age      time.Duration // since the throttled request was sent
+	decrease bool          // a 429: lower the adaptive factor
+}
+
+type snapshot struct {
+	factor int64 // ppm
+	pause  time.Duration
+}
+
+// backend keeps a group's state. enter grants w, queues it (it is granted
+// or refused later through w.done) or refuses it; leave takes a queued w
+// out (false when it is no longer queued: granted or refused).
+type backend interface {
+	enter(ctx context.Context, w *waiter, now time.Time) (enterResult, error)
+	leave(ctx context.Context, w *waiter, now time.Time) (bool, error)
+	release(ctx context.Context, w *waiter, now time.Time)
+	throttle(ctx context.Context, w *waiter, t throttle, now time.Time) (time.Duration, error)
+	resent(ctx context.Context, w *waiter, attempt int, now time.Time)
+	snapshot(now time.Time) snapshot
+	close()
+}

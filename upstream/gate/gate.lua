@@ -1,0 +1,230 @@
+-- One step of an upstream group's gate (SPEC §9), atomic on Redis.
+--
+-- KEYS (one hash tag: one slot on a Cluster)
+--   1 f  in-flight leases: zset id → expiry ms
+--   2 q  the queue: zset id → priority × 1e13 + arrival ms
+--   3 l  the queue's liveness: zset id → expiry ms
+--   4 r  the outbound rate's sends: zset member → send ms
+--   5 s  hash: p (pause until ms), fa mk hd ld (adaptive factor ppm, clean
+--        period start, hold end, last decrease)
+-- ARGV
+--   1 op: enter | grant | leave | release | throttle | resent | renew
+--   2 now in ms, or "" for Redis's clock
+--   3 max in flight (0 none)   4 rate (0 none)   5 per ms
+--   6 queue bound              7 max wait ms     8 lease ms
+--   9..14 adaptive: start increase every decrease hold ceiling (start 0: off)
+--   15 channel to publish a freed slot on
+--   16.. the op's own
+-- Every reply ends with the factor (ppm) and the pause remaining (ms).
+
+local f, q, l, r, s = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local op = ARGV[1]
+local now = tonumber(ARGV[2])
+if not now then
+	local t = redis.call('TIME')
+	now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local cap, rate, per = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local qcap, maxwait, lease = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local a_start, a_inc, a_every = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+local a_dec, a_hold, a_ceil = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
+local channel = ARGV[15]
+local INF = 1e18
+local STATE_TTL = 86400000
+
+-- Expired leases and waiters of dead instances go first.
+redis.call('ZREMRANGEBYSCORE', f, '-inf', now)
+local dead = redis.call('ZRANGEBYSCORE', l, '-inf', now, 'LIMIT', 0, 1000)
+if #dead > 0 then
+	redis.call('ZREM', q, unpack(dead))
+	redis.call('ZREM', l, unpack(dead))
+end
+if rate > 0 then
+	redis.call('ZREMRANGEBYSCORE', r, '-inf', now - per)
+end
+
+local st = redis.call('HMGET', s, 'p', 'fa', 'mk', 'hd', 'ld')
+local pause = tonumber(st[1]) or 0
+local fa, mk, hd, ld = tonumber(st[2]), tonumber(st[3]), tonumber(st[4]) or 0, tonumber(st[5]) or 0
+
+-- The adaptive factor, advanced lazily: after the hold, each whole period
+-- without a 429 adds the increase, up to the ceiling.
+local function factor()
+	if a_start == 0 then
+		return 1000000
+	end
+	if not fa then
+		fa, mk = math.min(a_start, a_ceil), now
+		redis.call('HSET', s, 'fa', fa, 'mk', mk)
+		redis.call('PEXPIRE', s, STATE_TTL)
+		return fa
+	end
+	if now >= hd then
+		local base = math.max(mk, hd)
+		if now - base >= a_every then
+			local steps = math.floor((now - base) / a_every)
+			fa = math.min(a_ceil, fa + steps * a_inc)
+			mk = base + steps * a_every
+			redis.call('HSET', s, 'fa', fa, 'mk', mk)
+			redis.call('PEXPIRE', s, STATE_TTL)
+		end
+	end
+	return math.min(fa, a_ceil)
+end
+
+local function left()
+	return math.max(pause - now, 0)
+end
+
+-- Free slots, free sends, and the ms at which the next send frees.
+local function room()
+	local free, rfree, nxt = INF, INF, 0
+	if cap > 0 then
+		free = cap - redis.call('ZCARD', f)
+	end
+	if rate > 0 then
+		local limit = rate
+		if a_start > 0 then
+			limit = math.max(1, math.floor(rate * factor() / 1000000))
+		end
+		local n = redis.call('ZCARD', r)
+		rfree = limit - n
+		if rfree <= 0 then
+			local e = redis.call('ZRANGE', r, n - limit, n - limit, 'WITHSCORES')
+			nxt = tonumber(e[2]) + per
+		end
+	end
+	return free, rfree, nxt
+end
+
+local function take(id)
+	redis.call('ZADD', f, now + lease, id)
+	redis.call('PEXPIRE', f, lease * 2)
+	if rate > 0 then
+		redis.call('ZADD', r, now, id)
+		redis.call('PEXPIRE', r, per + 1000)
+	end
+end
+
+local function enqueue(id, prio)
+	redis.call('ZADD', q, prio * 1e13 + now, id)
+	redis.call('ZADD', l, now + lease, id)
+	redis.call('PEXPIRE', q, lease * 2)
+	redis.call('PEXPIRE', l, lease * 2)
+end
+
+if op == 'enter' then
+	-- ARGV 16 id, 17 priority. Reply: outcome (0 granted, 1 queued,
+	-- 2 queue full, 3 paused past max wait), hint ms.
+	local id, prio = ARGV[16], tonumber(ARGV[17])
+	if pause > now then
+		if pause - now > maxwait then
+			return {3, pause - now, factor(), left()}
+		end
+		if redis.call('ZCARD', q) >= qcap then
+			return {2, pause - now, factor(), left()}
+		end
+		enqueue(id, prio)
+		return {1, pause - now, factor(), left()}
+	end
+	local free, rfree, nxt = room()
+	local ahead = redis.call('ZCOUNT', q, '-inf', prio * 1e13 + now)
+	if ahead < math.min(free, rfree) then
+		take(id)
+		return {0, 0, factor(), 0}
+	end
+	local hint = 0
+	if rfree <= 0 then
+		hint = nxt - now
+	end
+	if redis.call('ZCARD', q) >= qcap then
+		return {2, hint, factor(), 0}
+	end
+	enqueue(id, prio)
+	return {1, hint, factor(), 0}
+elseif op == 'grant' then
+	-- ARGV 16 this instance's id prefix. The waiters at the head of the
+	-- queue get the free slots; those of this instance are granted here,
+	-- the others by their own instance. Reply: ids granted, hint ms.
+	local prefix = ARGV[16]
+	if pause > now then
+		return {{}, pause - now, factor(), left()}
+	end
+	local free, rfree, nxt = room()
+	local n = math.min(free, rfree, 1000)
+	local got = {}
+	if n > 0 then
+		local heads = redis.call('ZRANGE', q, 0, n - 1)
+		for _, id in ipairs(heads) do
+			if string.sub(id, 1, #prefix) == prefix then
+				redis.call('ZREM', q, id)
+				redis.call('ZREM', l, id)
+				take(id)
+				got[#got + 1] = id
+			end
+		end
+		free, rfree, nxt = room()
+	end
+	local hint = 0
+	if rfree <= 0 then
+		hint = nxt - now
+	end
+	return {got, hint, factor(), 0}
+elseif op == 'leave' then
+	-- ARGV 16 id. Reply: 1 left the queue, 2 holds a slot (granted
+	-- meanwhile), 0 neither (expired).
+	local id = ARGV[16]
+	if redis.call('ZREM', q, id) == 1 then
+		redis.call('ZREM', l, id)
+		return {1, 0, factor(), left()}
+	end
+	if redis.call('ZSCORE', f, id) then
+		return {2, 0, factor(), left()}
+	end
+	return {0, 0, factor(), left()}
+elseif op == 'release' then
+	-- ARGV 16 id. Waiters anywhere hear of the freed slot.
+	if redis.call('ZREM', f, ARGV[16]) == 1 and redis.call('ZCARD', q) > 0 then
+		redis.call('PUBLISH', channel, '1')
+	end
+	return {0, 0, factor(), left()}
+elseif op == 'throttle' then
+	-- ARGV 16 pause ms, 17 age of the throttled request ms, 18 "1" for a
+	-- 429 (lowers the adaptive factor once per round).
+	local untl = now + tonumber(ARGV[16])
+	if untl > pause then
+		pause = untl
+		redis.call('HSET', s, 'p', pause)
+		redis.call('PEXPIRE', s, STATE_TTL)
+	end
+	local fac = factor()
+	if ARGV[18] == '1' and a_start > 0 and now - tonumber(ARGV[17]) >= ld then
+		local floor = math.ceil(1000000 / rate)
+		fa = math.max(floor, math.floor(fac * a_dec / 1000000))
+		hd = now + a_hold
+		redis.call('HSET', s, 'fa', fa, 'mk', hd, 'hd', hd, 'ld', now)
+		redis.call('PEXPIRE', s, STATE_TTL)
+		fac = fa
+	end
+	return {0, 0, fac, left()}
+elseif op == 'resent' then
+	-- ARGV 16 member: a retry counts in the outbound rate.
+	if rate > 0 then
+		redis.call('ZADD', r, now, ARGV[16])
+		redis.call('PEXPIRE', r, per + 1000)
+	end
+	return {0, 0, factor(), left()}
+elseif op == 'renew' then
+	-- ARGV 16.. ids this instance still holds or keeps waiting.
+	for i = 16, #ARGV do
+		redis.call('ZADD', f, 'XX', now + lease, ARGV[i])
+		redis.call('ZADD', l, 'XX', now + lease, ARGV[i])
+	end
+	if #ARGV >= 16 then
+		redis.call('PEXPIRE', f, lease * 2)
+		redis.call('PEXPIRE', q, lease * 2)
+		redis.call('PEXPIRE', l, lease * 2)
+	end
+	return {0, 0, factor(), left()}
+end
+return redis.error_reply('gate: unknown op ' .. tostring(op))

@@ -1,0 +1,450 @@
+package gate
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// gateScript is every step of the shared gate; see gate.lua.
+//
+//go:embed gate.lua
+var gateScript string
+
+// RedisOptions share a group's gate through Redis.
+type RedisOptions struct {
+	Client  redis.UniversalClient
+	Prefix  string        // starts every key and the channel ("ratelimit-proxy:")
+	Timeout time.Duration // longest wait for one step (default 50 ms)
+	// Instances share the cap and the rate; while Redis cannot be reached
+	// each decides alone with its share (every bound ÷ Instances).
+	Instances int64
+	// FailClosed: while Redis cannot be reached, requests are refused
+	// with ErrUnavailable instead (FAIL_OPEN=false).
+	FailClosed bool
+	// Lease is how long a slot or a place in the queue outlives the last
+	// renewal of its instance (default 10 s): a dead instance's slots are
+	// free again within it. Renewals run every Lease/3.
+	Lease time.Duration
+	// Poll is the longest a waiter waits to hear of a slot freed on
+	// another instance when a notification is lost (default 500 ms).
+	Poll time.Duration
+	// ClientClock makes the script use the group's clock instead of
+	// Redis's TIME. For tests that step a fake clock only.
+	ClientClock bool
+}
+
+// NewRedis returns a group whose state is shared on Redis by every
+// instance that names it alike.
+func NewRedis(o Options, ro RedisOptions) (*Group, error) {
+	g, err := newGroup(o)
+	if err != nil {
+		return nil, err
+	}
+	if ro.Client == nil {
+		return nil, errors.New("gate: a Redis client is required")
+	}
+	if ro.Timeout <= 0 {
+		ro.Timeout = 50 * time.Millisecond
+	}
+	if ro.Lease <= 0 {
+		ro.Lease = 10 * time.Second
+	}
+	if ro.Poll <= 0 {
+		ro.Poll = 500 * time.Millisecond
+	}
+	ro.Instances = max(ro.Instances, 1)
+	var id [6]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, fmt.Errorf("gate: an instance id: %w", err)
+	}
+	tag := ro.Prefix + "{gate:" + g.o.Name + "}:"
+	b := &redisBackend{
+		o: g.o, ro: ro, now: g.o.Now, script: redis.NewScript(gateScript),
+		keys:     []string{tag + "f", tag + "q", tag + "l", tag + "r", tag + "s"},
+		channel:  ro.Prefix + "gate:" + g.o.Name,
+		instance: hex.EncodeToString(id[:]) + ":",
+		waiting:  map[string]*waiter{}, held: map[string]struct{}{},
+		local: newMemory(share(g.o, ro.Instances)),
+		busy:  func(reason string, hint time.Duration) error { return g.busy(reason, hint) },
+		kick:  make(chan struct{}, 1), stop: make(chan struct{}),
+	}
+	b.factor.Store(PPM)
+	if g.o.Adaptive != nil {
+		b.factor.Store(min(g.o.Adaptive.Start, g.o.Adaptive.Ceiling))
+	}
+	b.conf = []any{g.o.MaxInFlight, g.o.Rate, g.o.Per.Milliseconds(), g.o.Queue, g.o.MaxWait.Milliseconds(),
+		ro.Lease.Milliseconds()}
+	if a := g.o.Adaptive; a != nil {
+		b.conf = append(b.conf, a.Start, a.Increase, a.Every.Milliseconds(), a.Decrease, a.Hold.Milliseconds(), a.Ceiling)
+	} else {
+		b.conf = append(b.conf, 0, 0, 0, 0, 0, 0)
+	}
+	b.conf = append(b.conf, b.channel)
+	g.b = b
+	b.sub = ro.Client.Subscribe(context.Background(), b.channel)
+	b.wg.Add(2)
+	go b.dispatch()
+	go b.renew()
+	return g, nil
+}
+
+// share is o with every bound divided among instances (rounded up), for
+// deciding alone while Redis is down.
+func share(o Options, instances int64) Options {
+	div := func(n int64) int64 {
+		if n <= 0 {
+			return n
+		}
+		return max(1, (n+instances-1)/instances)
+	}
+	o.MaxInFlight, o.Rate, o.Queue = div(o.MaxInFlight), div(o.Rate), div(o.Queue)
+	return o
+}
+
+// redisBackend keeps the state on Redis. A waiter of this instance is in
+// waiting until it is granted (the dispatcher or leave finds it granted
+// on Redis: it moves to held), refused, or leaves; held slots and waiting
+// places are renewed every Lease/3 and expire when an instance dies.
+type redisBackend struct {
+	o        Options
+	ro       RedisOptions
+	now      func() time.Time
+	script   *redis.Script
+	keys     []string
+	channel  string
+	instance string
+	conf     []any
+	seq      atomic.Uint64
+	busy     func(reason string, hint time.Duration) error
+
+	mu      sync.Mutex
+	waiting map[string]*waiter
+	held    map[string]struct{}
+
+	local     *memory // the fallback while Redis is down
+	fails     atomic.Int64
+	downUntil atomic.Int64 // unix ms; Redis is skipped until then
+
+	factor     atomic.Int64 // last seen, ppm
+	pauseUntil atomic.Int64 // last seen, unix ms of this instance's clock
+
+	sub  *redis.PubSub
+	kick chan struct{}
+	stop chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+var _ backend = (*redisBackend)(nil)
+
+// run executes one step. The reply's last two values (factor, pause
+// remaining) refresh what this instance knows of the shared state.
+func (b *redisBackend) run(ctx context.Context, op string, now time.Time, extra ...any) ([]any, error) {
+	if b.down(now) {
+		return nil, errDown
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.ro.Timeout)
+	defer cancel()
+	args := make([]any, 0, 2+len(b.conf)+len(extra))
+	args = append(args, op, "")
+	if b.ro.ClientClock {
+		args[1] = now.UnixMilli()
+	}
+	args = append(args, b.conf...)
+	args = append(args, extra...)
+	v, err := b.script.Run(ctx, b.ro.Client, b.keys, args...).Slice()
+	if err != nil {
+		b.failed(now)
+		return nil, err
+	}
+	b.fails.Store(0)
+	if len(v) < 4 {
+		return nil, fmt.Errorf("gate: a reply of %d values", len(v))
+	}
+	fa, _ := v[len(v)-2].(int64)
+	left, _ := v[len(v)-1].(int64)
+	b.factor.Store(fa)
+	b.pauseUntil.Store(now.UnixMilli() + left)
+	return v, nil
+}
+
+var errDown = errors.New("gate: redis is down")
+
+// failed counts a failure; three in a row skip Redis for a second.
+func (b *redisBackend) failed(now time.Time) {
+	if b.fails.Add(1) >= 3 {
+		b.downUntil.Store(now.Add(time.Second).UnixMilli())
+		b.fails.Store(0)
+	}
+}
+
+func (b *redisBackend) down(now time.Time) bool { return now.UnixMilli() < b.downUntil.Load() }
+
+func (b *redisBackend) enter(ctx context.Context, w *waiter, now time.Time) (enterResult, error) {
+	w.id = b.instance + fmt.Sprintf("%016x", b.seq.Add(1))
+	b.mu.Lock()
+	b.waiting[w.id] = w // before the step: the dispatcher may grant it at once
+	b.mu.Unlock()
+	v, err := b.run(ctx, "enter", now, w.id, w.prio)
+	if err != nil {
+		b.forget(w)
+		return b.fallback(ctx, w, now)
+	}
+	code, _ := v[0].(int64)
+	hint, _ := v[1].(int64)
+	res := enterResult{hint: time.Duration(hint) * time.Millisecond}
+	switch code {
+	case 0:
+		b.mu.Lock()
+		delete(b.waiting, w.id)
+		b.held[w.id] = struct{}{}
+		b.mu.Unlock()
+		res.outcome = granted
+	case 1:
+		res.outcome = queued
+	case 2, 3:
+		b.forget(w)
+		res.outcome, res.reason = refused, ReasonQueueFull
+		if code == 3 {
+			res.reason = ReasonPaused
+		}
+	}
+	return res, nil
+}
+
+// fallback decides w alone, or refuses it when that is not allowed.
+func (b *redisBackend) fallback(ctx context.Context, w *waiter, now time.Time) (enterResult, error) {
+	if b.ro.FailClosed {
+		return enterResult{}, ErrUnavailable
+	}
+	w.local = true
+	return b.local.enter(ctx, w, now)
+}
+
+// forget drops w from waiting; false when it was not there any more.
+func (b *redisBackend) forget(w *waiter) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.waiting[w.id]
+	delete(b.waiting, w.id)
+	return ok
+}
+
+// claim moves a granted w from waiting to held and tells it; false when
+// it had already been told.
+func (b *redisBackend) claim(id string) bool {
+	b.mu.Lock()
+	w := b.waiting[id]
+	if w != nil {
+		delete(b.waiting, id)
+		b.held[id] = struct{}{}
+	}
+	b.mu.Unlock()
+	if w == nil {
+		return false
+	}
+	w.grant()
+	return true
+}
+
+func (b *redisBackend) leave(ctx context.Context, w *waiter, now time.Time) (bool, error) {
+	if w.local {
+		return b.local.leave(ctx, w, now)
+	}
+	v, err := b.run(ctx, "leave", now, w.id)
+	if err != nil {
+		if b.forget(w) {
+			w.refuse(err)
+		}
+		return false, err
+	}
+	switch code, _ := v[0].(int64); code {
+	case 1:
+		if !b.forget(w) {
+			// Moved to the fallback meanwhile: it is queued there.
+			return b.local.leave(ctx, w, now)
+		}
+		return true, nil
+	case 2:
+		b.claim(w.id)
+	default: // expired: nobody holds it
+		if b.forget(w) {
+			w.refuse(errors.New("gate: the place in the queue expired"))
+		}
+	}
+	return false, nil
+}
+
+func (b *redisBackend) release(ctx context.Context, w *waiter, now time.Time) {
+	if w.local {
+		b.local.release(ctx, w, now)
+		return
+	}
+	b.mu.Lock()
+	delete(b.held, w.id)
+	b.mu.Unlock()
+	b.run(ctx, "release", now, w.id) // on failure the lease expires unrenewed
+}
+
+func (b *redisBackend) throttle(ctx context.Context, w *waiter, t throttle, now time.Time) (time.Duration, error) {
+	dec := "0"
+	if t.decrease {
+		dec = "1"
+	}
+	v, err := b.run(ctx, "throttle", now, ceilMillis(t.pause), t.age.Milliseconds(), dec)
+	if err != nil {
+		return b.local.throttle(ctx, w, t, now)
+	}
+	left, _ := v[len(v)-1].(int64)
+	b.kickDispatch() // waiters here learn the new pause
+	return time.Duration(left) * time.Millisecond, nil
+}
+
+func (b *redisBackend) resent(ctx context.Context, w *waiter, attempt int, now time.Time) {
+	if w.local {
+		b.local.resent(ctx, w, attempt, now)
+		return
+	}
+	b.run(ctx, "resent", now, w.id+"#"+strconv.Itoa(attempt))
+}
+
+func (b *redisBackend) snapshot(now time.Time) snapshot {
+	if b.down(now) {
+		return b.local.snapshot(now)
+	}
+	return snapshot{factor: b.factor.Load(),
+		pause: time.Duration(max(b.pauseUntil.Load()-now.UnixMilli(), 0)) * time.Millisecond}
+}
+
+func (b *redisBackend) kickDispatch() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// dispatch grants this instance's waiters as slots free anywhere: on a
+// notification, when the rate or a pause lets the next one go, and every
+// Poll in case a notification was lost.
+func (b *redisBackend) dispatch() {
+	defer b.wg.Done()
+	msgs := b.sub.Channel()
+	poll := time.NewTicker(b.ro.Poll)
+	defer poll.Stop()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-msgs:
+		case <-b.kick:
+		case <-poll.C:
+		case <-timer.C:
+		}
+		b.mu.Lock()
+		n := len(b.waiting)
+		b.mu.Unlock()
+		if n == 0 {
+			continue
+		}
+		now := b.now()
+		v, err := b.run(context.Background(), "grant", now, b.instance)
+		if err != nil {
+			if b.down(now) {
+				b.abandon(now)
+			}
+			continue
+		}
+		ids, _ := v[0].([]any)
+		for _, x := range ids {
+			id, _ := x.(string)
+			if !b.claim(id) {
+				b.run(context.Background(), "release", now, id) // its waiter is gone
+			}
+		}
+		if hint, _ := v[1].(int64); hint > 0 {
+			timer.Reset(time.Duration(hint) * time.Millisecond)
+		}
+	}
+}
+
+// abandon moves this instance's waiters to the fallback while Redis is
+// down (or refuses them when that is not allowed); their places on Redis
+// expire unrenewed.
+func (b *redisBackend) abandon(now time.Time) {
+	b.mu.Lock()
+	ws := make([]*waiter, 0, len(b.waiting))
+	for id, w := range b.waiting {
+		ws = append(ws, w)
+		delete(b.waiting, id)
+	}
+	b.mu.Unlock()
+	for _, w := range ws {
+		if b.ro.FailClosed {
+			w.refuse(ErrUnavailable)
+			continue
+		}
+		w.local = true
+		res, _ := b.local.enter(context.Background(), w, now)
+		switch res.outcome {
+		case granted:
+			w.grant()
+		case refused:
+			w.refuse(b.busy(res.reason, res.hint))
+		}
+	}
+}
+
+// renew extends the leases of held slots and waiting places every
+// Lease/3, and refreshes what this instance knows of the pause and factor.
+func (b *redisBackend) renew() {
+	defer b.wg.Done()
+	t := time.NewTicker(b.ro.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		}
+		b.mu.Lock()
+		ids := make([]any, 0, len(b.held)+len(b.waiting))
+		for id := range b.held {
+			ids = append(ids, id)
+		}
+		for id := range b.waiting {
+			ids = append(ids, id)
+		}
+		b.mu.Unlock()
+		now := b.now()
+		if len(ids) == 0 {
+			b.run(context.Background(), "renew", now)
+			continue
+		}
+		for len(ids) > 0 {
+			n := min(len(ids), 1000)
+			b.run(context.Background(), "renew", now, ids[:n]...)
+			ids = ids[n:]
+		}
+	}
+}
+
+func (b *redisBackend) close() {
+	b.once.Do(func() {
+		close(b.stop)
+		b.sub.Close()
+		b.wg.Wait()
+		b.local.close()
+	})
+}
