@@ -72,6 +72,7 @@ type budget struct {
 	stream  bool          // the request asked for a stream
 	price   *config.Price // the model's price, when a usd rule applies
 	settled bool          // done (once)
+	unsent  bool          // refused after admission, before leaving for the upstream: nothing is charged
 	input   int64         // the input estimate
 	model   string
 }
@@ -249,6 +250,11 @@ func (p *Proxy) admitted(x *exchange, r *http.Request, in *keyInput) {
 	}
 	body, size := tokens.Edited(x.body.readerAt(), x.body.size, edits)
 	r.Body, r.ContentLength = io.NopCloser(body), size
+	spooled := x.body
+	r.GetBody = func() (io.ReadCloser, error) { // a retry (SPEC §9) sends the same edited bytes
+		body, _ := tokens.Edited(spooled.readerAt(), spooled.size, edits)
+		return io.NopCloser(body), nil
+	}
 	b.strip = true
 }
 
@@ -335,12 +341,15 @@ func (p *Proxy) settle(x *exchange, res usage.Result) {
 	}
 	b.settled = true
 	actual := b.input + res.Output
+	if b.unsent {
+		actual = 0 // refused before it left (503 upstream_busy, client gone in the queue)
+	}
 	if res.Reported {
 		actual = res.Usage.Total()
 		p.ruleSet.budget.estimateError(b.model, res.Usage.Input-b.input)
 	}
 	var spent int64
-	if b.price != nil {
+	if b.price != nil && !b.unsent {
 		spent = settleUSD(b.price, b.input, res)
 	}
 	if !b.settle {

@@ -18,7 +18,7 @@ const (
 	decUnsupportedEncoding = "unsupported_encoding"
 )
 
-var decisions = []string{decAllowed, decRateLimited, decTooLarge, decUnauthorized, decStoreError, decUpstreamError, decClientClosed, decInvalid, decUnsupportedEncoding}
+var decisions = []string{decAllowed, decRateLimited, decTooLarge, decUnauthorized, decStoreError, decUpstreamError, decClientClosed, decInvalid, decUnsupportedEncoding, decUpstreamBusy}
 
 // routeUnprotected labels every request outside the protected routes.
 const routeUnprotected = "unprotected"

@@ -22,6 +22,7 @@ import (
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/usage"
 	"github.com/ratelimit-proxy/ratelimit-proxy/upstream"
+	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/gate"
 )
 
 // Options are what New needs besides the configuration.
@@ -46,6 +47,9 @@ type Options struct {
 	// on /readyz; StoreUp nil means always up.
 	StoreName string
 	StoreUp   func() bool
+	// GateRedis, when set, shares the upstream groups' gates (SPEC §9)
+	// through Redis; otherwise they are this instance's alone.
+	GateRedis *gate.RedisOptions
 }
 
 // Proxy is the guarded reverse proxy.
@@ -66,6 +70,7 @@ type Proxy struct {
 	storeUp    func() bool
 	forward    http.Handler // unprotected requests: WebSocket upgrades pass
 	guarded    http.Handler // admitted protected requests: no upgrade passes
+	groups     *groups      // upstream groups (SPEC §9); nil when none
 	pool       sync.Pool
 }
 
@@ -142,6 +147,16 @@ func New(o Options) (*Proxy, error) {
 	if rt == nil {
 		rt = upstream.NewTransport(c.UpstreamTimeout)
 	}
+	if len(c.UpstreamGroups) > 0 {
+		gm, err := gate.NewMetrics(o.Registerer)
+		if err != nil {
+			return nil, fmt.Errorf("registering metrics: %w", err)
+		}
+		if p.groups, err = newGroups(&c, p.now, gm, o.GateRedis); err != nil {
+			return nil, err
+		}
+		rt = &gate.Transport{Base: rt} // the upstream's 429/503 are handled under the group's ticket
+	}
 	uo := upstream.Options{
 		Target:                target,
 		ResponseHeaderTimeout: c.UpstreamTimeout,
@@ -201,6 +216,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			x.route.requests[x.decision].Inc()
 			return
 		}
+		if grp := p.groups.of(r); grp != nil {
+			var t *gate.Ticket
+			if r, t = p.enterGroup(x, r, grp, start); r == nil {
+				p.settle(x, usage.Result{})
+				x.route.requests[x.decision].Inc()
+				return
+			}
+			defer t.Release()
+			x.forwardedAt = p.now()
+		}
 		r = withBudget(x, r)
 		if protected {
 			p.guarded.ServeHTTP(x, r)
@@ -211,11 +236,22 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// first): the input estimate alone is charged.
 		p.settle(x, usage.Result{})
 	} else {
+		if grp := p.groups.of(r); grp != nil {
+			var t *gate.Ticket
+			if r, t = p.enterGroup(x, r, grp, start); r == nil {
+				x.route.requests[x.decision].Inc()
+				return
+			}
+			defer t.Release()
+		}
 		x.forwardedAt = p.now()
 		p.forward.ServeHTTP(x, r)
 	}
 	x.route.requests[x.decision].Inc()
 }
+
+// Close stops the background work of the upstream groups.
+func (p *Proxy) Close() { p.groups.close() }
 
 // route returns the PROTECTED_PATHS entry r falls under and the canonical
 // spelling of its path that matched; nil when the guards do not apply

@@ -50,6 +50,7 @@ type protectedRoute struct {
 	label   string // the entry as configured: the metrics' route label
 	format  tokens.Format
 	metrics *routeMetrics
+	group   *group // in an upstream group's matcher: the group
 }
 
 // pattern is an entry with a * segment.

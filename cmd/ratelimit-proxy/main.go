@@ -36,6 +36,7 @@ import (
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 	"github.com/ratelimit-proxy/ratelimit-proxy/proxy"
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
+	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/gate"
 	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/mockapi"
 )
 
@@ -160,6 +161,8 @@ func serve(cfg config.Config, log *slog.Logger) error {
 		defer shared.close()
 		opts.Store, opts.StoreName = shared.store, "redis"
 		opts.StoreUp = func() bool { return shared.redis.Check(context.Background()) }
+		opts.GateRedis = &gate.RedisOptions{Client: shared.client, Prefix: cfg.RedisPrefix, Timeout: cfg.RedisTimeout,
+			Instances: cfg.RedisInstances, FailClosed: cfg.FailOpen == config.FailOpenFalse}
 	}
 	// Outermost: a remembered refusal is answered before the store (or its
 	// FAIL_OPEN fallback) is asked.
@@ -172,6 +175,7 @@ func serve(cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	defer p.Close()
 
 	public, err := listen(cfg.ListenAddr, p.Handler(), log, "public")
 	if err != nil {
@@ -264,7 +268,7 @@ func serveMock(cfg config.Config, log *slog.Logger) error {
 type sharedStore struct {
 	redis  *limits.Redis
 	store  limits.Store // redis, or the local fallback around it
-	client interface{ Close() error }
+	client redis.UniversalClient
 }
 
 func (s *sharedStore) close() {

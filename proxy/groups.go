@@ -1,0 +1,213 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/config"
+	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/gate"
+)
+
+// codeUpstreamBusy is the 503 of an upstream group that cannot take a
+// request in time (SPEC §9).
+const codeUpstreamBusy = "upstream_busy"
+
+// decUpstreamBusy is that refusal's decision label.
+const decUpstreamBusy = "upstream_busy"
+
+// groups are the upstream groups (SPEC §9) matched by path: the first
+// group listing a request's path gates it.
+type groups struct {
+	list  []*group
+	match *routes // path → the group, through protectedRoute.label
+	by    map[string]*group
+}
+
+// group is one [[upstream_group]] compiled.
+type group struct {
+	g           *gate.Group
+	from        string // "header", "query", "tier" or ""
+	name        string // header (canonical) or query parameter
+	prios       map[string]int
+	defaultPrio int // "default", else the lowest
+}
+
+// newGroups builds the gates of the configured groups; shared with
+// Redis when ro is set.
+func newGroups(c *config.Config, now func() time.Time, m *gate.Metrics, ro *gate.RedisOptions) (*groups, error) {
+	if len(c.UpstreamGroups) == 0 {
+		return nil, nil
+	}
+	gs := &groups{by: map[string]*group{}}
+	var entries []string
+	owner := map[string]string{} // entry → group name
+	for _, cg := range c.UpstreamGroups {
+		o := gate.Options{Name: cg.Name, MaxInFlight: cg.MaxInFlight, Rate: cg.Rate, Per: cg.Per, Queue: cg.Queue,
+			MaxWait: cg.MaxWait, Priorities: cg.Priorities, Retries: int(cg.Retries), MaxBackoff: cg.MaxBackoff,
+			Now: now, Metrics: m}
+		if a := cg.Adaptive; a != nil {
+			o.Adaptive = &gate.Adaptive{Start: a.Start, Increase: a.Increase, Decrease: a.Decrease, Ceiling: a.Ceiling,
+				Every: a.Every, Hold: a.Hold}
+		}
+		var g *gate.Group
+		var err error
+		if ro != nil {
+			g, err = gate.NewRedis(o, *ro)
+		} else {
+			g, err = gate.New(o)
+		}
+		if err != nil {
+			gs.close()
+			return nil, fmt.Errorf("upstream_group %q: %w", cg.Name, err)
+		}
+		grp := &group{g: g, prios: map[string]int{}, defaultPrio: len(cg.Priorities) - 1}
+		for i, p := range cg.Priorities {
+			grp.prios[p] = i
+			if p == "default" {
+				grp.defaultPrio = i
+			}
+		}
+		kind, name, _ := strings.Cut(cg.PriorityFrom, ":")
+		grp.from, grp.name = kind, name
+		if kind == "header" {
+			grp.name = http.CanonicalHeaderKey(name)
+		}
+		gs.list = append(gs.list, grp)
+		gs.by[cg.Name] = grp
+		paths := cg.Paths
+		if paths == nil {
+			paths = c.ProtectedPaths
+		}
+		for _, p := range paths {
+			if _, taken := owner[p]; !taken {
+				owner[p] = cg.Name
+				entries = append(entries, p)
+			}
+		}
+	}
+	gs.match = newRoutes(entries, nil)
+	for _, rt := range gs.match.exact {
+		rt.group = gs.by[owner[rt.label]]
+	}
+	for i := range gs.match.patterns {
+		rt := gs.match.patterns[i].route
+		rt.group = gs.by[owner[rt.label]]
+	}
+	return gs, nil
+}
+
+func (gs *groups) close() {
+	if gs == nil {
+		return
+	}
+	for _, g := range gs.list {
+		g.g.Close()
+	}
+}
+
+// of is the group gating r; nil when none does. A protocol upgrade is
+// never queued: it would hold a slot for the life of a connection.
+func (gs *groups) of(r *http.Request) *group {
+	if gs == nil || r.Header["Upgrade"] != nil {
+		return nil
+	}
+	rt, _ := gs.match.match(r)
+	if rt == nil {
+		return nil
+	}
+	return rt.group
+}
+
+// priority is r's priority index in the group: the value of priority_from
+// among the group's priorities (case-insensitive), else "default".
+func (grp *group) priority(r *http.Request, tierFrom string) int {
+	var v string
+	switch grp.from {
+	case "header":
+		v = r.Header.Get(grp.name)
+	case "query":
+		if q, err := url.ParseQuery(r.URL.RawQuery); err == nil {
+			v = q.Get(grp.name)
+		}
+	case "tier":
+		if tierFrom != "" {
+			v = r.Header.Get(tierFrom)
+		}
+	}
+	if v == "" {
+		return grp.defaultPrio
+	}
+	if i, ok := grp.prios[strings.ToLower(strings.TrimSpace(v))]; ok {
+		return i
+	}
+	return grp.defaultPrio
+}
+
+// callerDeadline is when the caller stops waiting: its context's deadline,
+// or the timeout its SDK announces (X-Stainless-Timeout, seconds, sent by
+// OpenAI's and Anthropic's SDKs), whichever is first; zero when unknown.
+func callerDeadline(r *http.Request, start time.Time) time.Time {
+	d, _ := r.Context().Deadline()
+	if v := r.Header.Get("X-Stainless-Timeout"); v != "" {
+		if s, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && s > 0 && s < 86400*7 {
+			sdk := start.Add(time.Duration(s * float64(time.Second)))
+			if d.IsZero() || sdk.Before(d) {
+				d = sdk
+			}
+		}
+	}
+	return d
+}
+
+// enterGroup takes r's slot towards the upstream. It returns the request
+// to forward (carrying the ticket) and the ticket to release, or answers
+// the request itself (503 upstream_busy, 503 when the shared state is
+// down and FAIL_OPEN=false, nothing when the client left) and returns a
+// nil request.
+func (p *Proxy) enterGroup(x *exchange, r *http.Request, grp *group, start time.Time) (*http.Request, *gate.Ticket) {
+	deadline := callerDeadline(r, start)
+	t, err := grp.g.Acquire(r.Context(), grp.priority(r, p.policy.Load().tierFrom), deadline)
+	if err == nil {
+		t.Deadline = deadline
+		if x.body != nil && r.GetBody == nil {
+			body := x.body
+			r.GetBody = func() (io.ReadCloser, error) { return body.upstreamBody(), nil }
+		}
+		return r.WithContext(gate.WithTicket(r.Context(), t)), t
+	}
+	x.budget.unsent = true // nothing reached the model
+	var busy *gate.BusyError
+	switch {
+	case errors.As(err, &busy):
+		x.decision = decUpstreamBusy
+		secs := max(ceilSeconds(busy.RetryAfter), 1)
+		s := strconv.FormatInt(secs, 10)
+		h := x.Header()
+		h["Retry-After"] = []string{s}
+		h["Retry-After-Ms"] = []string{strconv.FormatInt(max(ceilMillis(busy.RetryAfter), 1), 10)}
+		p.log.Info("request refused: upstream busy", "group", grp.g.Name(), "reason", busy.Reason, "retry_after", secs, "path", r.URL.Path)
+		p.writeError(x, r, &apiError{status: http.StatusServiceUnavailable, code: codeUpstreamBusy,
+			message: "The upstream API is busy. Please retry after " + s + " seconds.",
+			fields:  []field{{"retry_after_seconds", secs}, {"group", grp.g.Name()}, {"reason", busy.Reason}}})
+	case errors.Is(err, gate.ErrUnavailable):
+		p.metrics.storeErrors.Inc()
+		x.decision = decStoreError
+		x.Header()["Retry-After"] = []string{"1"}
+		p.writeError(x, r, &apiError{status: http.StatusServiceUnavailable, code: codeStoreDown,
+			message: "The rate limiter is unavailable. Please retry shortly."})
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		x.decision = decClientClosed
+	default:
+		x.decision = decUpstreamError
+		p.writeError(x, r, &apiError{status: http.StatusBadGateway, code: codeUpstreamDown,
+			message: "The upstream API could not be reached."})
+	}
+	return nil, nil
+}
