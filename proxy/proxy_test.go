@@ -69,6 +69,7 @@ func newFixture(t testing.TB, opts ...option) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(p.Close)
 	f.handler, f.admin = p.Handler(), p.AdminHandler(f.reg)
 	return f
 }

@@ -1,13 +1,16 @@
 package gate
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	_ "embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,8 +95,9 @@ func NewRedis(o Options, ro RedisOptions) (*Group, error) {
 	b.conf = append(b.conf, b.channel)
 	g.b = b
 	b.sub = ro.Client.Subscribe(context.Background(), b.channel)
+	msgs := b.sub.Channel() // its goroutines start now, not on the dispatcher's first turn
 	b.wg.Add(2)
-	go b.dispatch()
+	go b.dispatch(msgs)
 	go b.renew()
 	return g, nil
 }
@@ -197,23 +201,39 @@ func (b *redisBackend) enter(ctx context.Context, w *waiter, now time.Time) (ent
 	b.mu.Unlock()
 	v, err := b.run(ctx, "enter", now, w.id, w.prio)
 	if err != nil {
-		b.forget(w)
+		if !b.forget(w) {
+			// The dispatcher took it meanwhile: moved to the fallback
+			// (abandon) or granted; its answer comes through done.
+			return enterResult{outcome: queued}, nil
+		}
 		return b.fallback(ctx, w, now)
 	}
 	code, _ := v[0].(int64)
 	hint, _ := v[1].(int64)
 	res := enterResult{hint: time.Duration(hint) * time.Millisecond}
+	if code != 1 {
+		b.mu.Lock()
+		_, ours := b.waiting[w.id]
+		delete(b.waiting, w.id)
+		if ours && code == 0 {
+			b.held[w.id] = struct{}{}
+		}
+		b.mu.Unlock()
+		if !ours {
+			// Moved to the fallback meanwhile (the dispatcher saw Redis
+			// fail): the fallback's answer comes through done.
+			if code == 0 {
+				b.run(ctx, "release", now, w.id)
+			}
+			return enterResult{outcome: queued}, nil
+		}
+	}
 	switch code {
 	case 0:
-		b.mu.Lock()
-		delete(b.waiting, w.id)
-		b.held[w.id] = struct{}{}
-		b.mu.Unlock()
 		res.outcome = granted
 	case 1:
 		res.outcome = queued
 	case 2, 3:
-		b.forget(w)
 		res.outcome, res.reason = refused, ReasonQueueFull
 		if code == 3 {
 			res.reason = ReasonPaused
@@ -258,31 +278,45 @@ func (b *redisBackend) claim(id string) bool {
 }
 
 func (b *redisBackend) leave(ctx context.Context, w *waiter, now time.Time) (bool, error) {
-	if w.local {
+	if b.isLocal(w) {
 		return b.local.leave(ctx, w, now)
 	}
 	v, err := b.run(ctx, "leave", now, w.id)
-	if err != nil {
-		if b.forget(w) {
-			w.refuse(err)
-		}
-		return false, err
+	var code int64 = -1
+	if err == nil {
+		code, _ = v[0].(int64)
 	}
-	switch code, _ := v[0].(int64); code {
-	case 1:
-		if !b.forget(w) {
-			// Moved to the fallback meanwhile: it is queued there.
-			return b.local.leave(ctx, w, now)
-		}
-		return true, nil
-	case 2:
+	if code == 2 {
 		b.claim(w.id)
-	default: // expired: nobody holds it
-		if b.forget(w) {
+		return false, nil
+	}
+	if b.forget(w) {
+		switch {
+		case code == 1:
+			return true, nil
+		case err != nil:
+			w.refuse(err)
+			return false, err
+		default: // expired: nobody holds it
 			w.refuse(errors.New("gate: the place in the queue expired"))
+			return false, nil
 		}
+	}
+	// No longer ours to decide: the dispatcher granted it (the grant is
+	// on its way to done) or moved it to the fallback, where it may
+	// still wait.
+	if b.isLocal(w) {
+		return b.local.leave(ctx, w, now)
 	}
 	return false, nil
+}
+
+// isLocal reports whether w was moved to the fallback; abandon moves
+// waiters under b.mu.
+func (b *redisBackend) isLocal(w *waiter) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return w.local
 }
 
 func (b *redisBackend) release(ctx context.Context, w *waiter, now time.Time) {
@@ -336,9 +370,8 @@ func (b *redisBackend) kickDispatch() {
 // dispatch grants this instance's waiters as slots free anywhere: on a
 // notification, when the rate or a pause lets the next one go, and every
 // Poll in case a notification was lost.
-func (b *redisBackend) dispatch() {
+func (b *redisBackend) dispatch(msgs <-chan *redis.Message) {
 	defer b.wg.Done()
-	msgs := b.sub.Channel()
 	poll := time.NewTicker(b.ro.Poll)
 	defer poll.Stop()
 	timer := time.NewTimer(time.Hour)
@@ -383,13 +416,20 @@ func (b *redisBackend) dispatch() {
 // down (or refuses them when that is not allowed); their places on Redis
 // expire unrenewed.
 func (b *redisBackend) abandon(now time.Time) {
+	// Under b.mu: once a waiter is out of waiting, it is in the fallback
+	// (or decided) for leave to find.
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	ws := make([]*waiter, 0, len(b.waiting))
 	for id, w := range b.waiting {
 		ws = append(ws, w)
 		delete(b.waiting, id)
 	}
-	b.mu.Unlock()
+	// In the queue's order, priority then arrival (ids of one instance
+	// are in arrival order), not the map's.
+	slices.SortFunc(ws, func(x, y *waiter) int {
+		return cmp.Or(cmp.Compare(x.prio, y.prio), strings.Compare(x.id, y.id))
+	})
 	for _, w := range ws {
 		if b.ro.FailClosed {
 			w.refuse(ErrUnavailable)
