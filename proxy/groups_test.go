@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
@@ -210,6 +211,9 @@ queue = 0
 	<-held
 	if !waitUntil(func() bool { return gauge(t, f, "ratelimit_proxy_upstream_in_flight", "group=chat") == 0 }) {
 		t.Fatal("the slot leaked")
+	}
+	if problems, err := testutil.GatherAndLint(f.reg); err != nil || len(problems) > 0 {
+		t.Fatalf("the groups' metrics: %v %+v", err, problems)
 	}
 }
 

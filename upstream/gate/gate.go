@@ -141,7 +141,9 @@ type waiter struct {
 	id    string // Redis: instance:sequence; memory: ""
 	prio  int
 	since time.Time
-	done  chan error // one value: nil when granted, else why not
+	// done gets one value, nil when granted, else why not; made by the
+	// backend before anyone else can see w.
+	done chan error
 	// The memory backend's queue links, guarded by its lock.
 	prev, next *waiter
 	queued     bool
@@ -163,14 +165,16 @@ func (g *Group) Acquire(ctx context.Context, prio int, deadline time.Time) (*Tic
 		prio = len(g.o.Priorities) - 1
 	}
 	start := g.now()
-	w := &waiter{prio: prio, since: start, done: make(chan error, 1)}
+	t := &Ticket{g: g} // one allocation for the ticket and its waiter
+	w := &t.w
+	w.prio, w.since = prio, start
 	res, err := g.b.enter(ctx, w, start)
 	if err != nil {
 		return nil, err
 	}
 	switch res.outcome {
 	case granted:
-		return g.admit(w, start), nil
+		return g.admit(t, start), nil
 	case refused:
 		return nil, g.busy(res.reason, res.hint)
 	}
@@ -187,10 +191,10 @@ func (g *Group) Acquire(ctx context.Context, prio int, deadline time.Time) (*Tic
 		if err != nil {
 			return nil, err
 		}
-		return g.admit(w, start), nil
+		return g.admit(t, start), nil
 	case <-timer.C:
 		if g.give(w) {
-			return g.admit(w, start), nil // granted as the wait ended
+			return g.admit(t, start), nil // granted as the wait ended
 		}
 		return nil, g.busy(ReasonMaxWait, g.pauseLeft())
 	case <-ctx.Done():
@@ -225,12 +229,12 @@ func (g *Group) give(w *waiter) bool {
 	return <-w.done == nil
 }
 
-func (g *Group) admit(w *waiter, start time.Time) *Ticket {
+func (g *Group) admit(t *Ticket, start time.Time) *Ticket {
 	g.flying.Add(1)
 	if g.m != nil {
-		g.m.waited(w.prio, g.now().Sub(start))
+		g.m.waited(t.w.prio, g.now().Sub(start))
 	}
-	return &Ticket{g: g, w: w}
+	return t
 }
 
 func (g *Group) busy(reason string, hint time.Duration) *BusyError {
@@ -240,17 +244,17 @@ func (g *Group) busy(reason string, hint time.Duration) *BusyError {
 	return &BusyError{Reason: reason, RetryAfter: max(hint, time.Second)}
 }
 
+// release gives w's slot back. It runs whatever the request's context
+// says (the client may be gone); a backend bounds its own I/O.
 func (g *Group) release(w *waiter) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	g.b.release(ctx, w, g.now())
+	g.b.release(context.Background(), w, g.now())
 }
 
 // Ticket is a slot towards the upstream, held from the request's
 // departure to its last byte.
 type Ticket struct {
 	g *Group
-	w *waiter
+	w waiter
 	// Deadline is the caller's: no retry is waited for past it.
 	Deadline time.Time
 	released atomic.Bool
@@ -266,7 +270,7 @@ func (t *Ticket) Release() {
 		return
 	}
 	t.g.flying.Add(-1)
-	t.g.release(t.w)
+	t.g.release(&t.w)
 }
 
 // InFlight is how many tickets of the group this instance holds.
@@ -282,10 +286,8 @@ func (g *Group) throttled(w *waiter, status int, pause time.Duration, sent time.
 	if g.m != nil {
 		g.m.throttled(status)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
 	now := g.now()
-	left, err := g.b.throttle(ctx, w, throttle{pause: pause, age: now.Sub(sent), decrease: status == 429}, now)
+	left, err := g.b.throttle(context.Background(), w, throttle{pause: pause, age: now.Sub(sent), decrease: status == 429}, now)
 	if err != nil {
 		return pause
 	}
@@ -297,11 +299,19 @@ func (g *Group) pauseLeft() time.Duration {
 	return g.b.snapshot(g.now()).pause
 }
 
-// resent counts a retry in the outbound rate.
-func (g *Group) resent(w *waiter, attempt int) {
+// pauseNow is the pause remaining as the shared state has it now (with
+// Redis one step: another instance may have paused the group since this
+// one last looked).
+func (g *Group) pauseNow() time.Duration {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	g.b.resent(ctx, w, attempt, g.now())
+	now := g.now()
+	return g.b.current(ctx, now).pause
+}
+
+// resent counts a retry in the outbound rate.
+func (g *Group) resent(w *waiter, attempt int) {
+	g.b.resent(context.Background(), w, attempt, g.now())
 }
 
 // Snapshot is the shared state as this instance last saw it.
@@ -352,5 +362,6 @@ type backend interface {
 	throttle(ctx context.Context, w *waiter, t throttle, now time.Time) (time.Duration, error)
 	resent(ctx context.Context, w *waiter, attempt int, now time.Time)
 	snapshot(now time.Time) snapshot
+	current(ctx context.Context, now time.Time) snapshot // snapshot, read from the store now
 	close()
 }

@@ -111,6 +111,9 @@ func (m *memory) take(n int64) {
 }
 
 func (m *memory) push(w *waiter) {
+	if w.done == nil {
+		w.done = make(chan error, 1)
+	}
 	w.queued = true
 	w.prev, w.next = m.tails[w.prio], nil
 	if w.prev != nil {
@@ -243,6 +246,8 @@ func (m *memory) snapshot(now time.Time) snapshot {
 	}
 	return s
 }
+
+func (m *memory) current(_ context.Context, now time.Time) snapshot { return m.snapshot(now) }
 
 func (m *memory) close() {
 	m.mu.Lock()

@@ -196,6 +196,7 @@ func (b *redisBackend) down(now time.Time) bool { return now.UnixMilli() < b.dow
 
 func (b *redisBackend) enter(ctx context.Context, w *waiter, now time.Time) (enterResult, error) {
 	w.id = b.instance + fmt.Sprintf("%016x", b.seq.Add(1))
+	w.done = make(chan error, 1)
 	b.mu.Lock()
 	b.waiting[w.id] = w // before the step: the dispatcher may grant it at once
 	b.mu.Unlock()
@@ -260,8 +261,9 @@ func (b *redisBackend) forget(w *waiter) bool {
 	return ok
 }
 
-// claim moves a granted w from waiting to held and tells it; false when
-// it had already been told.
+// claim moves a granted w from waiting to held and tells it; true too
+// when it had already been claimed (by leave) and is held, false when
+// its waiter is gone and nobody will use the slot.
 func (b *redisBackend) claim(id string) bool {
 	b.mu.Lock()
 	w := b.waiting[id]
@@ -269,9 +271,10 @@ func (b *redisBackend) claim(id string) bool {
 		delete(b.waiting, id)
 		b.held[id] = struct{}{}
 	}
+	_, held := b.held[id]
 	b.mu.Unlock()
 	if w == nil {
-		return false
+		return held
 	}
 	w.grant()
 	return true
@@ -358,6 +361,13 @@ func (b *redisBackend) snapshot(now time.Time) snapshot {
 	}
 	return snapshot{factor: b.factor.Load(),
 		pause: time.Duration(max(b.pauseUntil.Load()-now.UnixMilli(), 0)) * time.Millisecond}
+}
+
+// current refreshes what this instance knows of the shared state (an
+// empty renew returns the factor and the pause), then reports it.
+func (b *redisBackend) current(ctx context.Context, now time.Time) snapshot {
+	b.run(ctx, "renew", now) // on failure: as last seen, or the fallback's
+	return b.snapshot(now)
 }
 
 func (b *redisBackend) kickDispatch() {

@@ -57,7 +57,7 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if !ok {
 			pause = DefaultPause
 		}
-		left := g.throttled(t.w, res.StatusCode, pause, sent)
+		left := g.throttled(&t.w, res.StatusCode, pause, sent)
 		wait := max(left, tr.backoff(g.o, attempt))
 		if attempt >= g.o.Retries || !replayable(req) || wait > g.o.MaxBackoff ||
 			!t.Deadline.IsZero() && now.Add(wait).After(t.Deadline) {
@@ -71,7 +71,7 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// Another instance may have lengthened the pause meanwhile.
 		// Waiting it out too is bounded like the first wait; past the
 		// bounds the request goes now, as the caller cannot wait longer.
-		if more := g.pauseLeft(); more > 0 && more <= g.o.MaxBackoff &&
+		if more := g.pauseNow(); more > 0 && more <= g.o.MaxBackoff &&
 			(t.Deadline.IsZero() || !g.now().Add(more).After(t.Deadline)) {
 			if err := tr.sleep(req.Context(), more); err != nil {
 				return nil, err
@@ -80,7 +80,7 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if req, err = again(req); err != nil {
 			return nil, err
 		}
-		g.resent(t.w, attempt+1)
+		g.resent(&t.w, attempt+1)
 		if g.m != nil {
 			g.m.retries.Inc()
 		}
