@@ -157,3 +157,22 @@ func BenchmarkHandlerBudget(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHandlerGroup is BenchmarkHandler's admitted POST without an
+// upstream group and with one (SPEC §9) whose cap and rate are never
+// reached, measured side by side: the group's admission step, in memory.
+func BenchmarkHandlerGroup(b *testing.B) {
+	for _, grouped := range []bool{false, true} {
+		b.Run(map[bool]string{false: "none", true: "group"}[grouped], func(b *testing.B) {
+			cfg := config.Default()
+			cfg.UpstreamURL = "http://upstream.invalid"
+			cfg.ChatRPM = 1 << 40
+			if grouped {
+				cfg.UpstreamGroups = []config.UpstreamGroup{{Name: "chat", MaxInFlight: 1 << 20, Rate: 1_000_000_000,
+					Per: time.Minute, Queue: 1000, MaxWait: 30 * time.Second, Priorities: config.DefaultPriorities,
+					Retries: 2, MaxBackoff: 20 * time.Second}}
+			}
+			postChats(b, benchHandler(b, cfg), "/v1/chat/completions", nil)
+		})
+	}
+}

@@ -24,7 +24,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer g.Close()
-		run(b, g)
+		run(b, g, 1)
 	})
 	b.Run("redis", func(b *testing.B) {
 		srv := redistest.Start(b)
@@ -36,12 +36,15 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer g.Close()
-		run(b, g)
+		b.Run("serial", func(b *testing.B) { run(b, g, 1) })
+		b.Run("parallel16", func(b *testing.B) { run(b, g, 16) })
 	})
 }
 
-func run(b *testing.B, g *gate.Group) {
+// run acquires and releases on p goroutines per CPU.
+func run(b *testing.B, g *gate.Group, p int) {
 	b.ReportAllocs()
+	b.SetParallelism(p)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := context.Background()

@@ -32,15 +32,18 @@ local channel = ARGV[15]
 local INF = 1e18
 local STATE_TTL = 86400000
 
--- Expired leases and waiters of dead instances go first.
-redis.call('ZREMRANGEBYSCORE', f, '-inf', now)
-local dead = redis.call('ZRANGEBYSCORE', l, '-inf', now, 'LIMIT', 0, 1000)
-if #dead > 0 then
-	redis.call('ZREM', q, unpack(dead))
-	redis.call('ZREM', l, unpack(dead))
-end
-if rate > 0 then
-	redis.call('ZREMRANGEBYSCORE', r, '-inf', now - per)
+-- Before a decision: expired leases and waiters of dead instances go,
+-- and sends that have left the rate's window.
+if op == 'enter' or op == 'grant' then
+	redis.call('ZREMRANGEBYSCORE', f, '-inf', now)
+	local dead = redis.call('ZRANGEBYSCORE', l, '-inf', now, 'LIMIT', 0, 1000)
+	if #dead > 0 then
+		redis.call('ZREM', q, unpack(dead))
+		redis.call('ZREM', l, unpack(dead))
+	end
+	if rate > 0 then
+		redis.call('ZREMRANGEBYSCORE', r, '-inf', now - per)
+	end
 end
 
 local st = redis.call('HMGET', s, 'p', 'fa', 'mk', 'hd', 'ld')
