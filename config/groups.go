@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -115,22 +114,9 @@ func decodeUpstreamGroup(i int, t map[string]any) (UpstreamGroup, []error) {
 	}
 	label := groupLabel(i, g.Name)
 	var errs []error
-	bad := func(field string, v any, format string, args ...any) {
-		where := field
-		if v != nil {
-			where += " " + showValue(v)
-		}
-		errs = append(errs, fmt.Errorf("%s: %s: %s", label, where, fmt.Sprintf(format, args...)))
-	}
-	keys := make([]string, 0, len(t))
-	for k := range t {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if !slices.Contains(groupFields, k) {
-			bad(k, nil, "unknown field (an upstream_group has %s)", strings.Join(groupFields, ", "))
-		}
+	bad := reporter(label, &errs)
+	for _, k := range unknownKeys(t, groupFields) {
+		bad(k, nil, "unknown field (an upstream_group has %s)", strings.Join(groupFields, ", "))
 	}
 	if v, ok := t["name"]; ok {
 		if _, isStr := v.(string); !isStr {
@@ -197,15 +183,8 @@ func decodeUpstreamGroup(i int, t map[string]any) (UpstreamGroup, []error) {
 			return g, errs
 		}
 		a := defaultAdaptive()
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			if !slices.Contains(adaptiveFields, k) {
-				bad("adaptive."+k, nil, "unknown field (adaptive has %s)", strings.Join(adaptiveFields, ", "))
-			}
+		for _, k := range unknownKeys(m, adaptiveFields) {
+			bad("adaptive."+k, nil, "unknown field (adaptive has %s)", strings.Join(adaptiveFields, ", "))
 		}
 		for _, f := range []struct {
 			key string
@@ -273,13 +252,7 @@ func (c *Config) validateGroups() []error {
 	for i := range c.UpstreamGroups {
 		g := &c.UpstreamGroups[i]
 		label := groupLabel(i, g.Name)
-		bad := func(field string, v any, format string, args ...any) {
-			where := field
-			if v != nil {
-				where += " " + showValue(v)
-			}
-			errs = append(errs, fmt.Errorf("%s: %s: %s", label, where, fmt.Sprintf(format, args...)))
-		}
+		bad := reporter(label, &errs)
 		switch {
 		case g.Name == "":
 			bad("name", nil, "required ([a-z0-9_.-], at most 64 characters)")

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -108,15 +107,8 @@ func decodePrice(name string, raw any) (Price, []error) {
 	if !ok {
 		return p, append(errs, fmt.Errorf("%s: not a table", label))
 	}
-	keys := make([]string, 0, len(t))
-	for k := range t {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if !slices.Contains(priceFields, k) {
-			bad(k, nil, "unknown field (a price has "+strings.Join(priceFields, ", ")+")")
-		}
+	for _, k := range unknownKeys(t, priceFields) {
+		bad(k, nil, "unknown field (a price has "+strings.Join(priceFields, ", ")+")")
 	}
 	amount := func(field string, v any, dst *int64) bool {
 		n, err := priceAmount(v)

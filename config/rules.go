@@ -117,24 +117,9 @@ func decodeRule(i int, t map[string]any) (Rule, []error) {
 		label = "rule " + strconv.Quote(s)
 	}
 	var errs []error
-	bad := func(field string, v any, format string, args ...any) {
-		var where string
-		if v == nil {
-			where = field
-		} else {
-			where = field + " " + showValue(v)
-		}
-		errs = append(errs, fmt.Errorf("%s: %s: %s", label, where, fmt.Sprintf(format, args...)))
-	}
-	keys := make([]string, 0, len(t))
-	for k := range t {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if !slices.Contains(ruleFields, k) {
-			bad(k, nil, "unknown field (a rule has %s)", strings.Join(ruleFields, ", "))
-		}
+	bad := reporter(label, &errs)
+	for _, k := range unknownKeys(t, ruleFields) {
+		bad(k, nil, "unknown field (a rule has %s)", strings.Join(ruleFields, ", "))
 	}
 	if v, ok := t["name"]; ok {
 		if _, isStr := v.(string); !isStr {
@@ -303,6 +288,31 @@ func readDuration(v any) (time.Duration, error) {
 		return 0, errors.New("not a duration")
 	}
 	return d, nil
+}
+
+// reporter returns the function that records a table's problems as
+// "<label>: <field>[ <value>]: <message>", the form every error about a
+// [[rule]], [price] or [[upstream_group]] takes.
+func reporter(label string, errs *[]error) func(field string, v any, format string, args ...any) {
+	return func(field string, v any, format string, args ...any) {
+		where := field
+		if v != nil {
+			where += " " + showValue(v)
+		}
+		*errs = append(*errs, fmt.Errorf("%s: %s: %s", label, where, fmt.Sprintf(format, args...)))
+	}
+}
+
+// unknownKeys are the keys of t that allowed lacks, sorted.
+func unknownKeys(t map[string]any, allowed []string) []string {
+	var out []string
+	for k := range t {
+		if !slices.Contains(allowed, k) {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // wholeNumber reads an integer given as a TOML integer (or a float with no

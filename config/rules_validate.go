@@ -22,13 +22,7 @@ func (c *Config) validateRules() []error {
 		if r.Name != "" {
 			label = "rule " + strconv.Quote(r.Name)
 		}
-		bad := func(field string, v any, format string, args ...any) {
-			where := field
-			if v != nil {
-				where += " " + showValue(v)
-			}
-			errs = append(errs, fmt.Errorf("%s: %s: %s", label, where, fmt.Sprintf(format, args...)))
-		}
+		bad := reporter(label, &errs)
 		switch {
 		case r.Name == "":
 			bad("name", nil, "required ([a-z0-9_.-], at most 64 characters)")
