@@ -308,8 +308,8 @@ func (c *Config) validateGroups() []error {
 			bad("rate", g.Rate, "must be an integer from 0 to %d", maxGroupRate)
 		}
 		switch {
-		case g.Per <= 0:
-			bad("per", durationText(g.Per), "must be positive")
+		case g.Per < time.Millisecond:
+			bad("per", durationText(g.Per), "must be at least 1ms")
 		case g.Per > maxGroupPer:
 			bad("per", durationText(g.Per), "must be at most 24h")
 		}
@@ -370,11 +370,17 @@ func (c *Config) validateGroups() []error {
 			if a.Start > a.Ceiling && a.Ceiling > 0 {
 				bad("adaptive.start", factor(a.Start), "must not be above ceiling %s", factorText(a.Ceiling))
 			}
-			if a.Every <= 0 {
-				bad("adaptive.every", durationText(a.Every), "must be positive")
+			switch {
+			case a.Every < time.Millisecond:
+				bad("adaptive.every", durationText(a.Every), "must be at least 1ms")
+			case a.Every > maxGroupPer:
+				bad("adaptive.every", durationText(a.Every), "must be at most 24h")
 			}
-			if a.Hold < 0 {
+			switch {
+			case a.Hold < 0:
 				bad("adaptive.hold", durationText(a.Hold), "must not be negative")
+			case a.Hold > maxGroupPer:
+				bad("adaptive.hold", durationText(a.Hold), "must be at most 24h")
 			}
 		}
 	}

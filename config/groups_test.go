@@ -125,7 +125,7 @@ func TestUpstreamGroupErrors(t *testing.T) {
 		{g + "max_in_flight = -1\n", `upstream_group "chat": max_in_flight -1: must be an integer ≥ 0`},
 		{g + "rate = -1\n", `upstream_group "chat": rate -1: must be an integer from 0 to 1000000000`},
 		{g + "rate = 1000000001\n", `upstream_group "chat": rate 1000000001: must be an integer from 0 to 1000000000`},
-		{g + "per = \"0s\"\n", `upstream_group "chat": per "0s": must be positive`},
+		{g + "per = \"0s\"\n", `upstream_group "chat": per "0s": must be at least 1ms`},
 		{g + "per = \"25h\"\n", `upstream_group "chat": per "90000s": must be at most 24h`},
 		{g + "queue = -1\n", `upstream_group "chat": queue -1: must be an integer from 0 to 1000000`},
 		{g + "queue = 1000001\n", `upstream_group "chat": queue 1000001: must be an integer from 0 to 1000000`},
@@ -152,7 +152,7 @@ func TestUpstreamGroupErrors(t *testing.T) {
 		{g + a + "adaptive = { decrease = 1 }\n", `upstream_group "chat": adaptive.decrease 1: must be above 0 and below 1`},
 		{g + a + "adaptive = { decrease = 0 }\n", `upstream_group "chat": adaptive.decrease 0: must be above 0 and below 1`},
 		{g + a + "adaptive = { start = 0.9 }\n", `upstream_group "chat": adaptive.start 0.9: must not be above ceiling 0.8`},
-		{g + a + "adaptive = { every = \"0s\" }\n", `upstream_group "chat": adaptive.every "0s": must be positive`},
+		{g + a + "adaptive = { every = \"0s\" }\n", `upstream_group "chat": adaptive.every "0s": must be at least 1ms`},
 		{g + a + "adaptive = { hold = \"-1m\" }\n", `upstream_group "chat": adaptive.hold "-60s": must not be negative`},
 	} {
 		_, err := loadRules(t, tc.body, nil)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
+	"github.com/ratelimit-proxy/ratelimit-proxy/upstream"
 	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/gate"
 )
 
@@ -112,10 +113,13 @@ func (gs *groups) close() {
 	}
 }
 
-// of is the group gating r; nil when none does. A protocol upgrade is
-// never queued: it would hold a slot for the life of a connection.
-func (gs *groups) of(r *http.Request) *group {
-	if gs == nil || r.Header["Upgrade"] != nil {
+// of is the group gating r; nil when none does. A WebSocket upgrade on an
+// unprotected route is tunnelled, not queued: it would hold a slot for the
+// life of a connection. Any other Upgrade header is stripped before
+// forwarding (upstream.stripUpgrade), so the request is an ordinary one
+// and is gated like the rest: an Upgrade header cannot buy a way past.
+func (gs *groups) of(r *http.Request, protected bool) *group {
+	if gs == nil || !protected && upstream.WebSocketUpgrade(r.Header) {
 		return nil
 	}
 	rt, _ := gs.match.match(r)
@@ -166,12 +170,47 @@ func callerDeadline(r *http.Request, start time.Time) time.Time {
 	return d
 }
 
+// bufferForGroup reads the body of a group's request that the guards did
+// not read (a group path outside PROTECTED_PATHS), within MAX_BODY_BYTES:
+// a client that leaves while queued is only noticed once its body has
+// been read, and a retry needs the body again. False when it answered.
+func (p *Proxy) bufferForGroup(x *exchange, r *http.Request, now time.Time) bool {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return true
+	}
+	body, err := readBody(x.ResponseWriter, r, p.cfg.MaxBodyBytes, now)
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		x.decision = decTooLarge
+		p.writeError(x, r, &apiError{status: http.StatusRequestEntityTooLarge, code: codeBodyTooLarge,
+			message: "The request body exceeds " + strconv.FormatInt(p.cfg.MaxBodyBytes, 10) + " bytes.",
+			fields:  []field{{"max_body_bytes", p.cfg.MaxBodyBytes}}})
+		return false
+	case err != nil:
+		if r.Context().Err() != nil {
+			x.decision = decClientClosed
+			return false
+		}
+		p.invalid(x, r, "The request body could not be read completely.")
+		return false
+	}
+	x.body = body
+	r.Body = body.upstreamBody()
+	r.ContentLength = body.size
+	r.TransferEncoding = nil
+	delete(r.Header, "Expect")
+	return true
+}
+
 // enterGroup takes r's slot towards the upstream. It returns the request
 // to forward (carrying the ticket) and the ticket to release, or answers
 // the request itself (503 upstream_busy, 503 when the shared state is
 // down and FAIL_OPEN=false, nothing when the client left) and returns a
 // nil request.
 func (p *Proxy) enterGroup(x *exchange, r *http.Request, grp *group, start time.Time) (*http.Request, *gate.Ticket) {
+	if x.body == nil && !p.bufferForGroup(x, r, start) {
+		return nil, nil
+	}
 	deadline := callerDeadline(r, start)
 	t, err := grp.g.Acquire(r.Context(), grp.priority(r, p.policy.Load().tierFrom), deadline)
 	if err == nil {

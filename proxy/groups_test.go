@@ -381,3 +381,78 @@ max_backoff = "5ms"
 		t.Fatalf("goroutines %d, were %d\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// An Upgrade header buys no way past the group: on a protected route the
+// upgrade is stripped, so the request is an ordinary one and is gated.
+func TestGroupUpgradeIsGated(t *testing.T) {
+	m, url := newModal(t)
+	_, srv := groupProxy(t, url, `
+[[upstream_group]]
+name = "chat"
+max_in_flight = 1
+queue = 0
+`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		if res, err := postTo(ctx, srv.URL+"/v1/chat/completions", "X-Mode", "hang"); err == nil {
+			res.Body.Close()
+		}
+	}()
+	if !waitUntil(func() bool { return m.seen.Load() == 1 }) {
+		t.Fatal("the first request never reached the upstream")
+	}
+	for _, up := range []string{"websocket", "h2c", "foo"} {
+		res, err := postTo(context.Background(), srv.URL+"/v1/chat/completions", "Upgrade", up, "Connection", "Upgrade")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("Upgrade: %s: %d, want 503 upstream_busy", up, res.StatusCode)
+		}
+	}
+	if m.seen.Load() != 1 {
+		t.Fatalf("the upstream saw %d requests", m.seen.Load())
+	}
+}
+
+// A group path the guards do not read (outside PROTECTED_PATHS) has its
+// body read before it queues: a client that gives up while queued leaves
+// at once and never reaches the upstream.
+func TestGroupUnprotectedPathLeavesQueue(t *testing.T) {
+	m, url := newModal(t)
+	f, srv := groupProxy(t, url, `
+[[upstream_group]]
+name = "images"
+paths = ["/v1/images/generations"]
+max_in_flight = 1
+`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		if res, err := postTo(ctx, srv.URL+"/v1/images/generations", "X-Mode", "hang"); err == nil {
+			res.Body.Close()
+		}
+	}()
+	if !waitUntil(func() bool { return m.seen.Load() == 1 }) {
+		t.Fatal("the first request never reached the upstream")
+	}
+	qctx, qcancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer qcancel()
+	if _, err := postTo(qctx, srv.URL+"/v1/images/generations"); err == nil {
+		t.Fatal("the queued request was answered")
+	}
+	if !waitUntil(func() bool {
+		return gauge(t, f, "ratelimit_proxy_upstream_queue_abandoned_total", "group=images") == 1 &&
+			gauge(t, f, "ratelimit_proxy_upstream_queue_depth", "group=images,priority=default") == 0
+	}) {
+		t.Fatal("the client that left is still queued")
+	}
+	cancel()
+	time.Sleep(100 * time.Millisecond)
+	if m.seen.Load() != 1 {
+		t.Fatalf("the upstream saw %d requests", m.seen.Load())
+	}
+}

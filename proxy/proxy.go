@@ -216,7 +216,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			x.route.requests[x.decision].Inc()
 			return
 		}
-		if grp := p.groups.of(r); grp != nil {
+		if grp := p.groups.of(r, protected); grp != nil {
 			var t *gate.Ticket
 			if r, t = p.enterGroup(x, r, grp, start); r == nil {
 				p.settle(x, usage.Result{})
@@ -236,7 +236,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// first): the input estimate alone is charged.
 		p.settle(x, usage.Result{})
 	} else {
-		if grp := p.groups.of(r); grp != nil {
+		if grp := p.groups.of(r, protected); grp != nil {
 			var t *gate.Ticket
 			if r, t = p.enterGroup(x, r, grp, start); r == nil {
 				x.route.requests[x.decision].Inc()

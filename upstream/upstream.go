@@ -203,6 +203,13 @@ func stripUpgrade(h http.Header, none bool) {
 	delete(h, "Connection")
 }
 
+// WebSocketUpgrade reports whether h asks for an upgrade that is tunnelled
+// on an unprotected route: WebSocket only.
+func WebSocketUpgrade(h http.Header) bool {
+	up, ok := h["Upgrade"]
+	return ok && websocketOnly(up)
+}
+
 // websocketOnly reports whether every protocol an Upgrade header offers is
 // WebSocket.
 func websocketOnly(values []string) bool {

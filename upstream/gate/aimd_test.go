@@ -289,3 +289,20 @@ func pow10(n int) int64 {
 	}
 	return p
 }
+
+// A decrease never raises the factor, even where the one-request floor is
+// above it (rate 1: the floor is the ceiling).
+func TestAIMDDecreaseNeverRaises(t *testing.T) {
+	a := newAIMD(Adaptive{Start: 500_000, Increase: 100_000, Decrease: 500_000, Ceiling: 800_000,
+		Every: time.Minute, Hold: time.Minute}, 1)
+	if f := a.factor(0); f != 500_000 {
+		t.Fatalf("start %d", f)
+	}
+	a.decrease(1000, 1000)
+	if f := a.factor(1000); f != 500_000 {
+		t.Fatalf("after a 429: %d, want 500000 (unchanged)", f)
+	}
+	if l := a.limit(1000); l != 1 {
+		t.Fatalf("limit %d, want 1", l)
+	}
+}

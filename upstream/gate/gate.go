@@ -101,9 +101,9 @@ func newGroup(o Options) (*Group, error) {
 		return nil, errors.New("gate: a group needs a name")
 	case len(o.Priorities) == 0:
 		return nil, errors.New("gate: a group needs at least one priority")
-	case o.Rate > 0 && o.Per <= 0:
-		return nil, errors.New("gate: a rate needs a window")
-	case o.Adaptive != nil && (o.Rate <= 0 || o.Adaptive.Every <= 0):
+	case o.Rate > 0 && o.Per < time.Millisecond:
+		return nil, errors.New("gate: a rate needs a window of 1 ms or more")
+	case o.Adaptive != nil && (o.Rate <= 0 || o.Adaptive.Every < time.Millisecond):
 		return nil, errors.New("gate: adaptive needs a rate and a period")
 	}
 	if o.MaxWait <= 0 {
@@ -196,7 +196,8 @@ func (g *Group) Acquire(ctx context.Context, prio int, deadline time.Time) (*Tic
 		if g.give(w) {
 			return g.admit(t, start), nil // granted as the wait ended
 		}
-		return nil, g.busy(ReasonMaxWait, g.pauseLeft())
+		// Retry-After: the pause, or when the rate said a send frees.
+		return nil, g.busy(ReasonMaxWait, max(g.pauseLeft(), start.Add(res.hint).Sub(g.now())))
 	case <-ctx.Done():
 		if g.give(w) {
 			g.release(w) // granted as the client left: nobody uses it
@@ -299,19 +300,15 @@ func (g *Group) pauseLeft() time.Duration {
 	return g.b.snapshot(g.now()).pause
 }
 
-// pauseNow is the pause remaining as the shared state has it now (with
-// Redis one step: another instance may have paused the group since this
-// one last looked).
-func (g *Group) pauseNow() time.Duration {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	now := g.now()
-	return g.b.current(ctx, now).pause
-}
-
-// resent counts a retry in the outbound rate.
-func (g *Group) resent(w *waiter, attempt int) {
-	g.b.resent(context.Background(), w, attempt, g.now())
+// resend lets a retry leave: 0 when no pause holds the group and the
+// outbound rate has room (the send is then counted), else how long until
+// that may be. The retry keeps its slot meanwhile.
+func (g *Group) resend(w *waiter, attempt int) time.Duration {
+	d, err := g.b.resend(context.Background(), w, attempt, g.now())
+	if err != nil {
+		return 0 // the state is out of reach: the pause and backoff already spaced it
+	}
+	return d
 }
 
 // Snapshot is the shared state as this instance last saw it.
@@ -360,8 +357,7 @@ type backend interface {
 	leave(ctx context.Context, w *waiter, now time.Time) (bool, error)
 	release(ctx context.Context, w *waiter, now time.Time)
 	throttle(ctx context.Context, w *waiter, t throttle, now time.Time) (time.Duration, error)
-	resent(ctx context.Context, w *waiter, attempt int, now time.Time)
+	resend(ctx context.Context, w *waiter, attempt int, now time.Time) (time.Duration, error)
 	snapshot(now time.Time) snapshot
-	current(ctx context.Context, now time.Time) snapshot // snapshot, read from the store now
 	close()
 }

@@ -8,7 +8,7 @@
 --   5 s  hash: p (pause until ms), fa mk hd ld (adaptive factor ppm, clean
 --        period start, hold end, last decrease)
 -- ARGV
---   1 op: enter | grant | leave | release | throttle | resent | renew
+--   1 op: enter | grant | leave | release | throttle | resend | renew | drop
 --   2 now in ms, or "" for Redis's clock
 --   3 max in flight (0 none)   4 rate (0 none)   5 per ms
 --   6 queue bound              7 max wait ms     8 lease ms
@@ -30,7 +30,8 @@ local a_start, a_inc, a_every = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(
 local a_dec, a_hold, a_ceil = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
 local channel = ARGV[15]
 local INF = 1e18
-local STATE_TTL = 86400000
+-- The pause and the adaptive state outlive any hold and clean period.
+local STATE_TTL = math.max(86400000, 2 * (a_hold + a_every))
 
 -- Before a decision: expired leases and waiters of dead instances go,
 -- and sends that have left the rate's window.
@@ -202,19 +203,38 @@ elseif op == 'throttle' then
 	end
 	local fac = factor()
 	if ARGV[18] == '1' and a_start > 0 and now - tonumber(ARGV[17]) >= ld then
-		local floor = math.ceil(1000000 / rate)
-		fa = math.max(floor, math.floor(fac * a_dec / 1000000))
+		local floor = math.min(math.ceil(1000000 / rate), a_ceil)
+		fa = math.min(fac, math.max(floor, math.floor(fac * a_dec / 1000000)))
 		hd = now + a_hold
 		redis.call('HSET', s, 'fa', fa, 'mk', hd, 'hd', hd, 'ld', now)
 		redis.call('PEXPIRE', s, STATE_TTL)
 		fac = fa
 	end
 	return {0, 0, fac, left()}
-elseif op == 'resent' then
-	-- ARGV 16 member: a retry counts in the outbound rate.
+elseif op == 'resend' then
+	-- ARGV 16 member. A retry (which holds its slot) leaves when no pause
+	-- holds the group and the rate has room; the send is then counted.
+	-- Reply: 0 to go, else the ms to wait.
+	if pause > now then
+		return {0, pause - now, factor(), left()}
+	end
 	if rate > 0 then
+		redis.call('ZREMRANGEBYSCORE', r, '-inf', now - per)
+		local _, rfree, nxt = room()
+		if rfree <= 0 then
+			return {0, math.max(nxt - now, 1), factor(), 0}
+		end
 		redis.call('ZADD', r, now, ARGV[16])
 		redis.call('PEXPIRE', r, per + 1000)
+	end
+	return {0, 0, factor(), 0}
+elseif op == 'drop' then
+	-- ARGV 16 id: whatever a failed step left for it (a place, a slot).
+	local id = ARGV[16]
+	redis.call('ZREM', q, id)
+	redis.call('ZREM', l, id)
+	if redis.call('ZREM', f, id) == 1 and redis.call('ZCARD', q) > 0 then
+		redis.call('PUBLISH', channel, '1')
 	end
 	return {0, 0, factor(), left()}
 elseif op == 'renew' then

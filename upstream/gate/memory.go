@@ -227,13 +227,37 @@ func (m *memory) throttle(_ context.Context, _ *waiter, t throttle, now time.Tim
 	return time.Duration(max(m.pause-n, 0)) * time.Millisecond, nil
 }
 
-func (m *memory) resent(_ context.Context, _ *waiter, _ int, now time.Time) {
-	if m.o.Rate <= 0 {
-		return
-	}
+func (m *memory) resend(_ context.Context, _ *waiter, _ int, now time.Time) (time.Duration, error) {
+	n := millis(now)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.sends.push(millis(now))
+	if m.pause > n {
+		return time.Duration(m.pause-n) * time.Millisecond, nil
+	}
+	if m.o.Rate <= 0 {
+		return 0, nil
+	}
+	m.sends.drop(n - m.o.Per.Milliseconds())
+	if _, rfree, next := m.room(n); rfree <= 0 {
+		return time.Duration(max(next-n, 1)) * time.Millisecond, nil
+	}
+	m.sends.push(n)
+	return 0, nil
+}
+
+// hold and unhold count a slot decided elsewhere (on Redis, by this
+// instance) as in flight here, for when this memory decides alone.
+func (m *memory) hold(now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.take(millis(now))
+}
+
+func (m *memory) unhold(now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.inflight--
+	m.dispatch(millis(now))
 }
 
 func (m *memory) snapshot(now time.Time) snapshot {
@@ -246,8 +270,6 @@ func (m *memory) snapshot(now time.Time) snapshot {
 	}
 	return s
 }
-
-func (m *memory) current(_ context.Context, now time.Time) snapshot { return m.snapshot(now) }
 
 func (m *memory) close() {
 	m.mu.Lock()
@@ -291,7 +313,7 @@ func (r *ring) drop(cut int64) {
 type aimd struct {
 	o     Adaptive
 	rate  int64
-	floor int64 // the smallest factor: one request per window
+	floor int64 // the factor below which a decrease stops: one request per window (at most the ceiling)
 	init  bool
 	fa    int64 // the factor
 	mk    int64 // ms the current clean period began
@@ -300,7 +322,7 @@ type aimd struct {
 }
 
 func newAIMD(o Adaptive, rate int64) *aimd {
-	return &aimd{o: o, rate: rate, floor: (PPM + rate - 1) / rate}
+	return &aimd{o: o, rate: rate, floor: min((PPM+rate-1)/rate, o.Ceiling)}
 }
 
 func (a *aimd) factor(n int64) int64 {
@@ -331,7 +353,7 @@ func (a *aimd) decrease(n, sent int64) {
 	if sent < a.ld {
 		return
 	}
-	a.fa = max(a.floor, f*a.o.Decrease/PPM)
+	a.fa = min(f, max(a.floor, f*a.o.Decrease/PPM)) // a decrease never raises it
 	a.hd = n + a.o.Hold.Milliseconds()
 	a.mk = a.hd
 	a.ld = n

@@ -202,6 +202,11 @@ func (b *redisBackend) enter(ctx context.Context, w *waiter, now time.Time) (ent
 	b.mu.Unlock()
 	v, err := b.run(ctx, "enter", now, w.id, w.prio)
 	if err != nil {
+		if !errors.Is(err, errDown) {
+			// The step may have run on Redis all the same (a timeout):
+			// whatever it left there for w is taken back.
+			go b.run(context.Background(), "drop", b.now(), w.id)
+		}
 		if !b.forget(w) {
 			// The dispatcher took it meanwhile: moved to the fallback
 			// (abandon) or granted; its answer comes through done.
@@ -217,7 +222,7 @@ func (b *redisBackend) enter(ctx context.Context, w *waiter, now time.Time) (ent
 		_, ours := b.waiting[w.id]
 		delete(b.waiting, w.id)
 		if ours && code == 0 {
-			b.held[w.id] = struct{}{}
+			b.hold(w.id)
 		}
 		b.mu.Unlock()
 		if !ours {
@@ -234,6 +239,9 @@ func (b *redisBackend) enter(ctx context.Context, w *waiter, now time.Time) (ent
 		res.outcome = granted
 	case 1:
 		res.outcome = queued
+		if hint > 0 {
+			b.kickDispatch() // its grant sets the timer for the rate's or pause's end
+		}
 	case 2, 3:
 		res.outcome, res.reason = refused, ReasonQueueFull
 		if code == 3 {
@@ -269,7 +277,7 @@ func (b *redisBackend) claim(id string) bool {
 	w := b.waiting[id]
 	if w != nil {
 		delete(b.waiting, id)
-		b.held[id] = struct{}{}
+		b.hold(id)
 	}
 	_, held := b.held[id]
 	b.mu.Unlock()
@@ -290,8 +298,13 @@ func (b *redisBackend) leave(ctx context.Context, w *waiter, now time.Time) (boo
 		code, _ = v[0].(int64)
 	}
 	if code == 2 {
-		b.claim(w.id)
-		return false, nil
+		if b.claim(w.id) {
+			return false, nil
+		}
+		// Moved to the fallback meanwhile: the slot granted on Redis is
+		// nobody's, and w may still wait in the fallback's queue.
+		b.run(ctx, "release", now, w.id)
+		return b.local.leave(ctx, w, now)
 	}
 	if b.forget(w) {
 		switch {
@@ -328,9 +341,21 @@ func (b *redisBackend) release(ctx context.Context, w *waiter, now time.Time) {
 		return
 	}
 	b.mu.Lock()
+	_, held := b.held[w.id]
 	delete(b.held, w.id)
 	b.mu.Unlock()
+	if held {
+		b.local.unhold(now)
+	}
 	b.run(ctx, "release", now, w.id) // on failure the lease expires unrenewed
+}
+
+// hold records that this instance holds a slot granted on Redis: its
+// fallback counts it, so that deciding alone (Redis failed) it sees this
+// instance's real load, not an empty one.
+func (b *redisBackend) hold(id string) {
+	b.held[id] = struct{}{}
+	b.local.hold(b.now())
 }
 
 func (b *redisBackend) throttle(ctx context.Context, w *waiter, t throttle, now time.Time) (time.Duration, error) {
@@ -347,12 +372,16 @@ func (b *redisBackend) throttle(ctx context.Context, w *waiter, t throttle, now 
 	return time.Duration(left) * time.Millisecond, nil
 }
 
-func (b *redisBackend) resent(ctx context.Context, w *waiter, attempt int, now time.Time) {
-	if w.local {
-		b.local.resent(ctx, w, attempt, now)
-		return
+func (b *redisBackend) resend(ctx context.Context, w *waiter, attempt int, now time.Time) (time.Duration, error) {
+	if b.isLocal(w) {
+		return b.local.resend(ctx, w, attempt, now)
 	}
-	b.run(ctx, "resent", now, w.id+"#"+strconv.Itoa(attempt))
+	v, err := b.run(ctx, "resend", now, w.id+"#"+strconv.Itoa(attempt))
+	if err != nil {
+		return 0, err
+	}
+	wait, _ := v[1].(int64)
+	return time.Duration(wait) * time.Millisecond, nil
 }
 
 func (b *redisBackend) snapshot(now time.Time) snapshot {
@@ -361,13 +390,6 @@ func (b *redisBackend) snapshot(now time.Time) snapshot {
 	}
 	return snapshot{factor: b.factor.Load(),
 		pause: time.Duration(max(b.pauseUntil.Load()-now.UnixMilli(), 0)) * time.Millisecond}
-}
-
-// current refreshes what this instance knows of the shared state (an
-// empty renew returns the factor and the pause), then reports it.
-func (b *redisBackend) current(ctx context.Context, now time.Time) snapshot {
-	b.run(ctx, "renew", now) // on failure: as last seen, or the fallback's
-	return b.snapshot(now)
 }
 
 func (b *redisBackend) kickDispatch() {

@@ -370,8 +370,9 @@ func TestRedisFallbackMovesWaiters(t *testing.T) {
 	s := startShared(t)
 	mk := s.maker(gate.RedisOptions{Instances: 2, Timeout: 300 * time.Millisecond, Poll: 50 * time.Millisecond})
 	g := mk(t, opts(gate.Options{MaxInFlight: 4, MaxWait: time.Minute}))
+	var held []*gate.Ticket
 	for range 4 {
-		acquire(t, g, 1) // held on Redis: lost with it
+		held = append(held, acquire(t, g, 1)) // held on Redis
 	}
 	w1, w2 := pending(context.Background(), g, 1), pending(context.Background(), g, 1)
 	waitQueued(t, g, 1, 2)
@@ -390,8 +391,14 @@ func TestRedisFallbackMovesWaiters(t *testing.T) {
 	if r := get(t, wc, 10*time.Second); !errors.Is(r.err, gate.ErrUnavailable) {
 		t.Fatalf("FailClosed waiter with Redis down: %v, want ErrUnavailable", r.err)
 	}
-	// The local share is 2: the two default waiters get it (the queue's
-	// order survives the move).
+	// The local share is 2, and this instance still holds 4 slots granted
+	// on Redis: the fallback admits nobody until they end.
+	quiet(t, w1, 300*time.Millisecond)
+	for _, tk := range held {
+		tk.Release()
+	}
+	// Then the two default waiters get the share (the queue's order
+	// survives the move).
 	r1 := get(t, w1, 10*time.Second)
 	r2 := get(t, w2, 10*time.Second)
 	if r1.err != nil || r2.err != nil {

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"math/rand/v2"
@@ -59,28 +60,42 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		left := g.throttled(&t.w, res.StatusCode, pause, sent)
 		wait := max(left, tr.backoff(g.o, attempt))
-		if attempt >= g.o.Retries || !replayable(req) || wait > g.o.MaxBackoff ||
-			!t.Deadline.IsZero() && now.Add(wait).After(t.Deadline) {
+		// A retry waits at most MaxBackoff in all (backoff, pause, the
+		// rate), and never past the caller's deadline.
+		until := now.Add(g.o.MaxBackoff)
+		if !t.Deadline.IsZero() && t.Deadline.Before(until) {
+			until = t.Deadline
+		}
+		if attempt >= g.o.Retries || !replayable(req) || now.Add(wait).After(until) {
 			upstream.SetRetryAfter(res.Header, max(left, pause))
 			return res, nil
 		}
-		discard(res)
-		if err := tr.sleep(req.Context(), wait); err != nil {
-			return nil, err
+		// The answer is kept (its body read, bounded) until the retry is
+		// sure to leave: if the wait grows past the bounds, it is what the
+		// caller gets.
+		if !keep(res) {
+			upstream.SetRetryAfter(res.Header, max(left, pause))
+			return res, nil
 		}
-		// Another instance may have lengthened the pause meanwhile.
-		// Waiting it out too is bounded like the first wait; past the
-		// bounds the request goes now, as the caller cannot wait longer.
-		if more := g.pauseNow(); more > 0 && more <= g.o.MaxBackoff &&
-			(t.Deadline.IsZero() || !g.now().Add(more).After(t.Deadline)) {
-			if err := tr.sleep(req.Context(), more); err != nil {
+		for {
+			if err := tr.sleep(req.Context(), wait); err != nil {
 				return nil, err
 			}
+			// The group may be paused again (another request's 429,
+			// another instance's) and the rate may be spent: the retry
+			// leaves only when both allow, as any request does.
+			if wait = g.resend(&t.w, attempt+1); wait == 0 {
+				break
+			}
+			if g.now().Add(wait).After(until) {
+				upstream.SetRetryAfter(res.Header, wait)
+				return res, nil
+			}
 		}
+		res.Body.Close()
 		if req, err = again(req); err != nil {
 			return nil, err
 		}
-		g.resent(&t.w, attempt+1)
 		if g.m != nil {
 			g.m.retries.Inc()
 		}
@@ -137,9 +152,22 @@ func again(req *http.Request) (*http.Request, error) {
 	return r, nil
 }
 
-// discard reads a little of a refused answer so its connection can be
-// reused, and closes it.
-func discard(res *http.Response) {
-	io.CopyN(io.Discard, res.Body, maxDrain)
+// keep reads a refused answer's body (its connection goes back to the
+// pool) and makes it readable again from memory; false when it is longer
+// than maxDrain, and then it stays as it was, to be passed on.
+func keep(res *http.Response) bool {
+	buf, err := io.ReadAll(io.LimitReader(res.Body, maxDrain+1))
+	if len(buf) > maxDrain {
+		res.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(buf), res.Body), res.Body}
+		return false
+	}
 	res.Body.Close()
+	if err != nil {
+		buf = nil // a broken answer: what arrived is not passed on as whole
+	}
+	res.Body = io.NopCloser(bytes.NewReader(buf))
+	return true
 }

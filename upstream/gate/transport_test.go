@@ -442,3 +442,56 @@ func TestTransportLengthenedPause(t *testing.T) {
 		}
 	})
 }
+
+// A retry waits for the outbound rate like any request: with the rate
+// spent it waits until a send leaves the window; when that is past
+// MaxBackoff, the upstream's answer is passed on with that wait.
+func TestTransportRetryWaitsForRate(t *testing.T) {
+	eachBackendClock(t, func(t *testing.T, _ string, mk maker) {
+		o := gate.Options{Name: "rated", Priorities: prios, Rate: 2, Per: 10 * time.Second, Retries: 1,
+			MaxBackoff: 20 * time.Second}
+		r := newRig(t, mk, o, 0)
+		up := newStub(t, script(tooMany("retry-after-ms", "100"), ok200))
+		tk := acquire(t, r.g, 1)
+		other := acquire(t, r.g, 1) // the rate's second send, at the same time
+		res, err := r.send(t, tk, up.srv.URL, "body")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.StatusCode != 200 {
+			t.Fatalf("status %d", res.StatusCode)
+		}
+		readBody(t, res)
+		// The pause (100ms), then the rest of the window: the retry left
+		// 10 s after the first sends, not 100 ms.
+		var total time.Duration
+		for _, d := range r.slept() {
+			total += d
+		}
+		if total < 10*time.Second {
+			t.Fatalf("the retry left after %v (%v), within the rate's window", total, r.slept())
+		}
+		tk.Release()
+		other.Release()
+
+		// MaxBackoff shorter than the rate's wait: no retry; the 429 is
+		// passed on, its Retry-After the wait for the rate.
+		o.Name, o.MaxBackoff = "rated2", 2*time.Second
+		r = newRig(t, mk, o, 0)
+		up = newStub(t, script(tooMany("retry-after-ms", "100"), ok200))
+		tk = acquire(t, r.g, 1)
+		other = acquire(t, r.g, 1)
+		defer tk.Release()
+		defer other.Release()
+		res, err = r.send(t, tk, up.srv.URL, "body")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.StatusCode != 429 || readBody(t, res) != "slow down" || len(up.requests()) != 1 {
+			t.Fatalf("status %d, %d requests", res.StatusCode, len(up.requests()))
+		}
+		if ra := res.Header.Get("Retry-After"); ra != "10" {
+			t.Fatalf("Retry-After %q, want 10 (the rate's wait)", ra)
+		}
+	})
+}
