@@ -159,20 +159,11 @@ name = "chat"
 max_in_flight = 1
 queue = 0
 `)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	held := make(chan struct{})
-	go func() {
-		defer close(held)
-		if res, err := postTo(ctx, srv.URL+"/v1/chat/completions", "X-Mode", "hang"); err == nil {
-			res.Body.Close()
-		}
-	}()
-	if !waitUntil(func() bool { return m.seen.Load() == 1 }) {
-		t.Fatal("the first request never reached the upstream")
-	}
+	release := holdSlot(t, m, srv.URL+"/v1/chat/completions")
+	defer release()
 	before := m.seen.Load()
-	for _, path := range []string{"/v1/chat/completions", "/api/chat"} {
+	var remaining []string
+	for _, path := range []string{"/v1/chat/completions", "/v1/chat/completions", "/api/chat"} {
 		res, err := postTo(context.Background(), srv.URL+path)
 		if err != nil {
 			t.Fatal(err)
@@ -194,26 +185,49 @@ queue = 0
 			t.Fatalf("%s: body %s", path, body)
 		}
 		if path != "/api/chat" {
-			// The token reservation was given back: the next request's
-			// remaining is the limit less the one in flight.
-			if rem := res.Header.Get("X-Ratelimit-Remaining-Tokens"); rem == "" {
-				t.Fatalf("no token headers: %v", res.Header)
-			}
+			remaining = append(remaining, res.Header.Get("X-Ratelimit-Remaining-Tokens"))
 		}
+	}
+	// The refused request's reservation was given back: the second saw
+	// the same remaining as the first (each shows it after its own).
+	if len(remaining) != 2 || remaining[0] == "" || remaining[0] != remaining[1] {
+		t.Fatalf("remaining tokens after each refusal: %q", remaining)
 	}
 	if m.seen.Load() != before {
 		t.Fatal("a refused request reached the upstream")
 	}
-	if n := gauge(t, f, "ratelimit_proxy_requests_total", "decision=upstream_busy,route=/v1/chat/completions"); n != 1 {
+	if n := gauge(t, f, "ratelimit_proxy_requests_total", "decision=upstream_busy,route=/v1/chat/completions"); n != 2 {
 		t.Fatalf("upstream_busy decisions %v", n)
 	}
-	cancel()
-	<-held
+	release()
 	if !waitUntil(func() bool { return gauge(t, f, "ratelimit_proxy_upstream_in_flight", "group=chat") == 0 }) {
 		t.Fatal("the slot leaked")
 	}
 	if problems, err := testutil.GatherAndLint(f.reg); err != nil || len(problems) > 0 {
 		t.Fatalf("the groups' metrics: %v %+v", err, problems)
+	}
+}
+
+// holdSlot sends a request that the upstream holds, and waits until the
+// upstream has it; release ends it (the client leaves) and waits for the
+// end. Calling release again does nothing.
+func holdSlot(t *testing.T, m *modal, url string) (release func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if res, err := postTo(ctx, url, "X-Mode", "hang"); err == nil {
+			res.Body.Close()
+		}
+	}()
+	if !waitUntil(func() bool { return m.seen.Load() >= 1 }) {
+		cancel()
+		t.Fatal("the held request never reached the upstream")
+	}
+	return func() {
+		cancel()
+		<-done
 	}
 }
 
@@ -392,16 +406,8 @@ name = "chat"
 max_in_flight = 1
 queue = 0
 `)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		if res, err := postTo(ctx, srv.URL+"/v1/chat/completions", "X-Mode", "hang"); err == nil {
-			res.Body.Close()
-		}
-	}()
-	if !waitUntil(func() bool { return m.seen.Load() == 1 }) {
-		t.Fatal("the first request never reached the upstream")
-	}
+	release := holdSlot(t, m, srv.URL+"/v1/chat/completions")
+	defer release()
 	for _, up := range []string{"websocket", "h2c", "foo"} {
 		res, err := postTo(context.Background(), srv.URL+"/v1/chat/completions", "Upgrade", up, "Connection", "Upgrade")
 		if err != nil {
@@ -429,16 +435,8 @@ name = "images"
 paths = ["/v1/images/generations"]
 max_in_flight = 1
 `)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		if res, err := postTo(ctx, srv.URL+"/v1/images/generations", "X-Mode", "hang"); err == nil {
-			res.Body.Close()
-		}
-	}()
-	if !waitUntil(func() bool { return m.seen.Load() == 1 }) {
-		t.Fatal("the first request never reached the upstream")
-	}
+	release := holdSlot(t, m, srv.URL+"/v1/images/generations")
+	defer release()
 	qctx, qcancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer qcancel()
 	if _, err := postTo(qctx, srv.URL+"/v1/images/generations"); err == nil {
@@ -450,8 +448,7 @@ max_in_flight = 1
 	}) {
 		t.Fatal("the client that left is still queued")
 	}
-	cancel()
-	time.Sleep(100 * time.Millisecond)
+	release()
 	if m.seen.Load() != 1 {
 		t.Fatalf("the upstream saw %d requests", m.seen.Load())
 	}
