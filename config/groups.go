@@ -209,18 +209,8 @@ func decodeUpstreamGroup(i int, t map[string]any) (UpstreamGroup, []error) {
 // readFactor reads an adaptive factor (a TOML float or integer) as ppm,
 // rounded to the nearest.
 func readFactor(v any) (int64, error) {
-	var f float64
-	switch x := v.(type) {
-	case int64:
-		f = float64(x)
-	case int:
-		f = float64(x)
-	case float64:
-		f = x
-	default:
-		return 0, errors.New("not a number")
-	}
-	if math.IsNaN(f) || math.IsInf(f, 0) {
+	f, ok := number(v, false)
+	if !ok {
 		return 0, errors.New("not a number")
 	}
 	if math.Abs(f) > 1e6 { // far outside every factor's range; keeps f × 10⁶ exact enough and in int64

@@ -479,6 +479,16 @@ func (c *Config) writeRules(w io.Writer) error {
 // microDollars reads an amount of dollars (a TOML integer, float or
 // decimal string) as integers of 10⁻⁶ USD, rounded to the nearest.
 func microDollars(v any) (int64, error) {
+	f, ok := number(v, true)
+	if !ok || math.Abs(f) > 1e12 {
+		return 0, errors.New("not an amount of dollars")
+	}
+	return int64(math.Round(f * 1e6)), nil
+}
+
+// number reads a finite TOML number (an integer or a float; with
+// decimalString, a string holding one too).
+func number(v any, decimalString bool) (float64, bool) {
 	var f float64
 	switch x := v.(type) {
 	case int64:
@@ -488,17 +498,17 @@ func microDollars(v any) (int64, error) {
 	case float64:
 		f = x
 	case string:
+		if !decimalString {
+			return 0, false
+		}
 		var err error
 		if f, err = strconv.ParseFloat(strings.TrimSpace(x), 64); err != nil {
-			return 0, errors.New("not an amount of dollars")
+			return 0, false
 		}
 	default:
-		return 0, errors.New("not an amount of dollars")
+		return 0, false
 	}
-	if math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) > 1e12 {
-		return 0, errors.New("not an amount of dollars")
-	}
-	return int64(math.Round(f * 1e6)), nil
+	return f, !math.IsNaN(f) && !math.IsInf(f, 0)
 }
 
 // Dollars writes integers of 10⁻⁶ USD as dollars with at most 6
