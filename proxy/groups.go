@@ -170,46 +170,20 @@ func callerDeadline(r *http.Request, start time.Time) time.Time {
 	return d
 }
 
-// bufferForGroup reads the body of a group's request that the guards did
-// not read (a group path outside PROTECTED_PATHS), within MAX_BODY_BYTES:
-// a client that leaves while queued is only noticed once its body has
-// been read, and a retry needs the body again. False when it answered.
-func (p *Proxy) bufferForGroup(x *exchange, r *http.Request, now time.Time) bool {
-	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-		return true
-	}
-	body, err := readBody(x.ResponseWriter, r, p.cfg.MaxBodyBytes, now)
-	switch {
-	case errors.Is(err, errBodyTooLarge):
-		x.decision = decTooLarge
-		p.writeError(x, r, &apiError{status: http.StatusRequestEntityTooLarge, code: codeBodyTooLarge,
-			message: "The request body exceeds " + strconv.FormatInt(p.cfg.MaxBodyBytes, 10) + " bytes.",
-			fields:  []field{{"max_body_bytes", p.cfg.MaxBodyBytes}}})
-		return false
-	case err != nil:
-		if r.Context().Err() != nil {
-			x.decision = decClientClosed
-			return false
-		}
-		p.invalid(x, r, "The request body could not be read completely.")
-		return false
-	}
-	x.body = body
-	r.Body = body.upstreamBody()
-	r.ContentLength = body.size
-	r.TransferEncoding = nil
-	delete(r.Header, "Expect")
-	return true
-}
-
 // enterGroup takes r's slot towards the upstream. It returns the request
 // to forward (carrying the ticket) and the ticket to release, or answers
 // the request itself (503 upstream_busy, 503 when the shared state is
 // down and FAIL_OPEN=false, nothing when the client left) and returns a
 // nil request.
 func (p *Proxy) enterGroup(x *exchange, r *http.Request, grp *group, start time.Time) (*http.Request, *gate.Ticket) {
-	if x.body == nil && !p.bufferForGroup(x, r, start) {
-		return nil, nil
+	// A body the guards did not read (a group path outside
+	// PROTECTED_PATHS) is read now: a client that leaves while queued is
+	// only noticed once its body has been read, and a retry sends it again.
+	if x.body == nil && r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		c := p.ips.identify(r, anthropicPath(canonicalPath(r.URL.Path)))
+		if !p.spool(x, r, &c, start) {
+			return nil, nil
+		}
 	}
 	deadline := callerDeadline(r, start)
 	t, err := grp.g.Acquire(r.Context(), grp.priority(r, p.policy.Load().tierFrom), deadline)

@@ -383,22 +383,10 @@ func (p *Proxy) readBody(x *exchange, r *http.Request, in *keyInput, now time.Ti
 		return false
 	}
 
-	body, err := readBody(x.ResponseWriter, r, p.cfg.MaxBodyBytes, now)
-	switch {
-	case errors.Is(err, errBodyTooLarge):
-		p.tooLarge(x, r, &in.c, "max_body_bytes", &apiError{status: http.StatusRequestEntityTooLarge, code: codeBodyTooLarge,
-			message: "The request body exceeds " + strconv.FormatInt(p.cfg.MaxBodyBytes, 10) + " bytes.",
-			fields:  []field{{"max_body_bytes", p.cfg.MaxBodyBytes}}})
-		return false
-	case err != nil:
-		if r.Context().Err() != nil {
-			x.decision = decClientClosed
-			return false
-		}
-		p.invalid(x, r, "The request body could not be read completely.")
+	if !p.spool(x, r, &in.c, now) {
 		return false
 	}
-	x.body = body
+	body := x.body
 	ct := r.Header.Get("Content-Type")
 	big, err := oversizedFile(ct, body.readerAt(), body.size, p.cfg.MaxFileBytes)
 	if err != nil {
@@ -436,8 +424,30 @@ func (p *Proxy) readBody(x *exchange, r *http.Request, in *keyInput, now time.Ti
 		}
 		in.model, in.values = model, values
 	}
+	return true
+}
 
-	// Forward the bytes received, with their exact length.
+// spool reads r's body within MAX_BODY_BYTES into x.body, and makes the
+// bytes received, with their exact length, what is forwarded. False when
+// it answered: 413 body_too_large (logged with caller c), 400 for a body
+// that broke off, nothing when the client left.
+func (p *Proxy) spool(x *exchange, r *http.Request, c *caller, now time.Time) bool {
+	body, err := readBody(x.ResponseWriter, r, p.cfg.MaxBodyBytes, now)
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		p.tooLarge(x, r, c, "max_body_bytes", &apiError{status: http.StatusRequestEntityTooLarge, code: codeBodyTooLarge,
+			message: "The request body exceeds " + strconv.FormatInt(p.cfg.MaxBodyBytes, 10) + " bytes.",
+			fields:  []field{{"max_body_bytes", p.cfg.MaxBodyBytes}}})
+		return false
+	case err != nil:
+		if r.Context().Err() != nil {
+			x.decision = decClientClosed
+			return false
+		}
+		p.invalid(x, r, "The request body could not be read completely.")
+		return false
+	}
+	x.body = body
 	r.Body = body.upstreamBody()
 	r.ContentLength = body.size
 	r.TransferEncoding = nil

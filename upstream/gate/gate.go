@@ -138,9 +138,8 @@ func (g *Group) Close() {
 
 // waiter is one request on its way through the gate.
 type waiter struct {
-	id    string // Redis: instance:sequence; memory: ""
-	prio  int
-	since time.Time
+	id   string // Redis: instance:sequence; memory: ""
+	prio int
 	// done gets one value, nil when granted, else why not; made by the
 	// backend before anyone else can see w.
 	done chan error
@@ -167,7 +166,7 @@ func (g *Group) Acquire(ctx context.Context, prio int, deadline time.Time) (*Tic
 	start := g.now()
 	t := &Ticket{g: g} // one allocation for the ticket and its waiter
 	w := &t.w
-	w.prio, w.since = prio, start
+	w.prio = prio
 	res, err := g.b.enter(ctx, w, start)
 	if err != nil {
 		return nil, err
