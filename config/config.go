@@ -40,6 +40,22 @@ type Config struct {
 	// request that names no max_tokens (SPEC §8).
 	OutputTokenReserve int64
 
+	// AdminToken, when set, is required as a bearer token on every
+	// /admin/ and /debug/pprof/ request (SPEC §10).
+	AdminToken string
+	// JWT verification (SPEC §7.5): configured when JWTSecret or JWTJWKS
+	// is set.
+	JWTSecret       string        // HMAC secret of HS256/384/512 tokens
+	JWTJWKS         string        // a JWKS file or https:// URL
+	JWTJWKSRefresh  time.Duration // how often the key set is fetched again
+	JWTIssuer       string        // iss required when set
+	JWTAudience     string        // aud must contain it when set
+	JWTSubjectClaim string        // the claim naming the caller
+	// StateFile, when set, keeps the in-memory counters across restarts
+	// (SPEC §7.6), saved every StateFlushInterval and at shutdown.
+	StateFile          string
+	StateFlushInterval time.Duration
+
 	// Rules are the file's [[rule]] tables (SPEC §7), in file order.
 	Rules []Rule
 	// Prices are the file's [price."…"] tables (SPEC §8.1), longest
@@ -101,8 +117,14 @@ func Default() Config {
 		LogFormat:          "text",
 		MaxDelayed:         1000,
 		OutputTokenReserve: 1024,
+		JWTJWKSRefresh:     10 * time.Minute,
+		JWTSubjectClaim:    "sub",
+		StateFlushInterval: 10 * time.Second,
 	}
 }
+
+// JWT reports whether JWT verification is configured (SPEC §7.5).
+func (c *Config) JWT() bool { return c.JWTSecret != "" || c.JWTJWKS != "" }
 
 // IsSet reports whether key (the TOML name, e.g. "chat_rpm") was given by
 // the file or the environment rather than defaulted.

@@ -19,7 +19,8 @@ import (
 // decoding, lets every error name the key, its source and the bad value.
 type setting struct {
 	key    string
-	secret bool
+	secret bool // a URL: its password and query are hidden
+	hidden bool // a secret value: never shown, only whether it is set
 	decode func(c *Config, v any) error
 	show   func(c *Config) any
 }
@@ -136,6 +137,13 @@ func list(key string, f func(*Config) *[]string) setting {
 
 func secret(s setting) setting { s.secret = true; return s }
 
+// hidden marks a secret that is shown only as set or not (ADMIN_TOKEN,
+// JWT_HS256_SECRET): no part of it is ever printed, logged or served.
+func hidden(s setting) setting { s.hidden = true; return s }
+
+// Redacted is how a hidden secret that is set is shown.
+const Redacted = "[redacted]"
+
 // failMode reads FAIL_OPEN: a boolean, or "local".
 func failMode(key string, f func(*Config) *string) setting {
 	return setting{key: key,
@@ -189,6 +197,15 @@ var settings = []setting{
 	str("tier_from", func(c *Config) *string { return &c.TierFrom }),
 	integer("max_delayed", func(c *Config) *int64 { return &c.MaxDelayed }),
 	integer("output_token_reserve", func(c *Config) *int64 { return &c.OutputTokenReserve }),
+	hidden(str("admin_token", func(c *Config) *string { return &c.AdminToken })),
+	hidden(str("jwt_hs256_secret", func(c *Config) *string { return &c.JWTSecret })),
+	secret(str("jwt_jwks", func(c *Config) *string { return &c.JWTJWKS })),
+	duration("jwt_jwks_refresh", func(c *Config) *time.Duration { return &c.JWTJWKSRefresh }),
+	str("jwt_issuer", func(c *Config) *string { return &c.JWTIssuer }),
+	str("jwt_audience", func(c *Config) *string { return &c.JWTAudience }),
+	str("jwt_subject_claim", func(c *Config) *string { return &c.JWTSubjectClaim }),
+	str("state_file", func(c *Config) *string { return &c.StateFile }),
+	duration("state_flush_interval", func(c *Config) *time.Duration { return &c.StateFlushInterval }),
 }
 
 // ErrFile wraps a configuration file that cannot be read or parsed; no
@@ -240,7 +257,11 @@ func Load(path string, getenv func(string) (string, bool)) (Config, error) {
 		}
 		v := k.Get(s.key)
 		if err := s.decode(&c, v); err != nil {
-			errs = append(errs, fmt.Errorf("%s = %s: %w", c.name(s.key), quote(v, s.secret), err))
+			shown := quote(v, s.secret)
+			if s.hidden {
+				shown = Redacted
+			}
+			errs = append(errs, fmt.Errorf("%s = %s: %w", c.name(s.key), shown, err))
 		}
 	}
 	if raw, ok := k.Raw()["rule"]; ok {

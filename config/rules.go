@@ -351,15 +351,14 @@ var KeyPartKinds = []string{"global", "caller", "api_key", "ip", "method", "path
 
 // CheckKeyPart reports whether part is a key part of SPEC §7.2:
 // a bare kind, or header:NAME, query:NAME, json:a.b.c, xml:Name, form:NAME.
-// jwt:CLAIM needs verified JWT identity (SPEC §7.5), which this release
-// does not have yet.
+// or jwt:CLAIM (a claim of the verified JWT, SPEC §7.5).
 func CheckKeyPart(part string) error {
 	if slices.Contains(KeyPartKinds, part) {
 		return nil
 	}
 	kind, name, ok := strings.Cut(part, ":")
 	if !ok {
-		return fmt.Errorf("unknown key part (one of %s, or header:, query:, json:, xml:, form:)", strings.Join(KeyPartKinds, ", "))
+		return fmt.Errorf("unknown key part (one of %s, or header:, query:, json:, xml:, form:, jwt:)", strings.Join(KeyPartKinds, ", "))
 	}
 	if name == "" {
 		return errors.New("a name is missing after " + kind + ":")
@@ -382,9 +381,11 @@ func CheckKeyPart(part string) error {
 			return errors.New("not an XML local name (namespaces are ignored: write xml:dRucEm)")
 		}
 	case "jwt":
-		return errors.New("jwt: key parts need verified JWT identity (SPEC §7.5), which this release does not have")
+		if strings.TrimSpace(name) != name {
+			return errors.New("a claim name has no surrounding spaces")
+		}
 	default:
-		return fmt.Errorf("unknown key part kind %q (header, query, json, xml or form)", kind)
+		return fmt.Errorf("unknown key part kind %q (header, query, json, xml, form or jwt)", kind)
 	}
 	return nil
 }

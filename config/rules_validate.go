@@ -56,13 +56,17 @@ func (c *Config) validateRules() []error {
 		for _, p := range r.Key {
 			if err := CheckKeyPart(p); err != nil {
 				bad("key", p, "%v", err)
+			} else if strings.HasPrefix(p, "jwt:") && !c.JWT() {
+				bad("key", p, "a jwt: key part needs verified JWT identity: set jwt_hs256_secret or jwt_jwks")
 			}
 			if p == "tier" && c.TierFrom == "" {
 				bad("key", p, "needs tier_from (where a caller's plan comes from)")
 			}
 		}
 		for _, w := range r.When {
-			if err := CheckKeyPart(w.Part); err != nil {
+			if err := CheckKeyPart(w.Part); err == nil && strings.HasPrefix(w.Part, "jwt:") && !c.JWT() {
+				bad("when", w.Part, "a jwt: condition needs verified JWT identity: set jwt_hs256_secret or jwt_jwks")
+			} else if err != nil {
 				bad("when", w.Part, "%v", err)
 			}
 			if w.Part == "tier" && c.TierFrom == "" {
@@ -155,8 +159,9 @@ func (c *Config) ChatRPMRule() bool {
 	return len(c.Rules) == 0 || c.IsSet("chat_rpm")
 }
 
-// checkTierFrom checks TIER_FROM: header:NAME (jwt:CLAIM needs SPEC §7.5).
-func checkTierFrom(s string) error {
+// checkTierFrom checks TIER_FROM: header:NAME, or jwt:CLAIM when JWT
+// verification is configured (jwt says whether it is).
+func checkTierFrom(s string, jwt bool) error {
 	kind, name, ok := strings.Cut(s, ":")
 	switch {
 	case !ok || name == "":
@@ -167,7 +172,10 @@ func checkTierFrom(s string) error {
 		}
 		return nil
 	case kind == "jwt":
-		return errors.New("jwt: needs verified JWT identity (SPEC §7.5), which this release does not have")
+		if !jwt {
+			return errors.New("a plan from a JWT claim needs verified JWT identity: set jwt_hs256_secret or jwt_jwks")
+		}
+		return nil
 	}
-	return errors.New(`write "header:NAME"`)
+	return errors.New(`write "header:NAME" or "jwt:CLAIM"`)
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 )
@@ -21,6 +22,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	bad := func(key string, v any, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s = %s: %s", c.name(key), quote(v, isSecret(key)), fmt.Sprintf(format, args...)))
+	}
+	if err := checkAddr(c.AdminAddr); err == nil && c.AdminToken == "" && !loopbackAddr(c.AdminAddr) {
+		bad("admin_addr", c.AdminAddr, "is not a loopback address: set %s, which every /admin/ and /debug/pprof/ request must then present, or listen on 127.0.0.1", c.name("admin_token"))
 	}
 
 	switch {
@@ -96,7 +100,7 @@ func (c *Config) Validate() error {
 	oneOf("log_level", c.LogLevel, "debug", "info", "warn", "error")
 	oneOf("log_format", c.LogFormat, "text", "json")
 	if c.TierFrom != "" {
-		if err := checkTierFrom(c.TierFrom); err != nil {
+		if err := checkTierFrom(c.TierFrom, c.JWT()); err != nil {
 			bad("tier_from", c.TierFrom, "%v", err)
 		}
 	}
@@ -105,6 +109,10 @@ func (c *Config) Validate() error {
 	}
 	if c.OutputTokenReserve < 0 {
 		bad("output_token_reserve", c.OutputTokenReserve, "must not be negative")
+	}
+	errs = append(errs, c.validateJWT()...)
+	if c.StateFlushInterval < 100*time.Millisecond {
+		bad("state_flush_interval", durationText(c.StateFlushInterval), "must be at least 100ms")
 	}
 	errs = append(errs, c.validateRules()...)
 	errs = append(errs, c.validateGroups()...)
@@ -124,6 +132,49 @@ func checkProtectedPath(p string) error {
 		}
 	}
 	return nil
+}
+
+// loopbackAddr reports whether a listener on addr is reachable from this
+// machine only: 127.0.0.0/8, ::1 or localhost (an empty host is every
+// interface).
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
+}
+
+// validateJWT checks the JWT settings (SPEC §7.5): a JWKS is a file path
+// or an https:// URL (http:// only to a loopback host, such as a sidecar),
+// the refresh at least 1 s, the subject claim named.
+func (c *Config) validateJWT() []error {
+	var errs []error
+	bad := func(key string, v any, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s = %s: %s", c.name(key), quote(v, isSecret(key)), fmt.Sprintf(format, args...)))
+	}
+	if j := c.JWTJWKS; j != "" && strings.Contains(j, "://") {
+		u, err := url.Parse(j)
+		switch {
+		case err != nil || u.Host == "":
+			bad("jwt_jwks", j, "not a URL")
+		case u.Scheme == "https":
+		case u.Scheme == "http" && loopbackAddr(net.JoinHostPort(u.Hostname(), "0")):
+		default:
+			bad("jwt_jwks", j, "a key set is fetched over https:// (http:// only from a loopback host), or read from a file path")
+		}
+	}
+	if c.JWTJWKSRefresh < time.Second {
+		bad("jwt_jwks_refresh", durationText(c.JWTJWKSRefresh), "must be at least 1s")
+	}
+	if strings.TrimSpace(c.JWTSubjectClaim) == "" {
+		bad("jwt_subject_claim", c.JWTSubjectClaim, "must name a claim (sub)")
+	}
+	return errs
 }
 
 func isSecret(key string) bool {
@@ -177,10 +228,7 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 // the order of SPEC §2; each line says where its value came from.
 func (c *Config) Write(w io.Writer) error {
 	for _, s := range settings {
-		v := s.show(c)
-		if s.secret {
-			v = redactURL(v.(string))
-		}
+		v := s.Shown(c)
 		line := fmt.Sprintf("%s = %s", s.key, tomlValue(v))
 		switch c.set[s.key] {
 		case "env":
@@ -199,6 +247,21 @@ func (c *Config) Write(w io.Writer) error {
 		return err
 	}
 	return c.writeUpstreamGroups(w)
+}
+
+// Shown is the setting's value as it may be shown: a URL's password and
+// query hidden, a hidden secret replaced by Redacted when set.
+func (s *setting) Shown(c *Config) any {
+	v := s.show(c)
+	switch {
+	case s.hidden:
+		if v.(string) != "" {
+			return Redacted
+		}
+	case s.secret:
+		return redactURL(v.(string))
+	}
+	return v
 }
 
 var userinfo = regexp.MustCompile(`//[^/@]*@`)
