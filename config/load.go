@@ -312,3 +312,25 @@ func quote(v any, secret bool) string {
 	}
 	return fmt.Sprint(v)
 }
+
+// Keys are the top-level settings (SPEC §2), in the order -check prints
+// them.
+func Keys() []string {
+	out := make([]string, len(settings))
+	for i, s := range settings {
+		out[i] = s.key
+	}
+	return out
+}
+
+// Show is the value of setting key (its TOML name) as it may be shown:
+// durations as text ("10s"), URLs without their password and query, hidden
+// secrets as Redacted. False for an unknown key.
+func Show(c *Config, key string) (any, bool) {
+	for i := range settings {
+		if settings[i].key == key {
+			return settings[i].Shown(c), true
+		}
+	}
+	return nil, false
+}

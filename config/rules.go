@@ -531,3 +531,7 @@ func Dollars(micro int64) string {
 	}
 	return string(b)
 }
+
+// ParseDollars reads an amount of dollars written as a decimal ("25",
+// "0.5") as integers of 10⁻⁶ USD, rounded to the nearest.
+func ParseDollars(s string) (int64, error) { return microDollars(s) }

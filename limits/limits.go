@@ -106,6 +106,71 @@ func NewKey(parts ...Part) Key {
 	return Key{s: b.String()}
 }
 
+// ParseKey reads a key's public form back, as an operator copies it from
+// a 429's denied_key or a log line: name=value parts joined by '&'. Values
+// may be percent-escaped as String writes them or left as they are (an
+// '&' inside a value must be written %26); the key comes back in
+// String's canonical form.
+func ParseKey(s string) (Key, error) {
+	if s == "" {
+		return Key{}, errors.New("empty key")
+	}
+	var parts []Part
+	for _, seg := range strings.Split(s, "&") {
+		name, value, ok := strings.Cut(seg, "=")
+		if !ok || name == "" {
+			return Key{}, errors.New("each part of a key is name=value, parts joined by &")
+		}
+		v, err := unescape(value)
+		if err != nil {
+			return Key{}, err
+		}
+		parts = append(parts, Part{Name: name, Value: v})
+	}
+	return NewKey(parts...), nil
+}
+
+// PartNames are the names of the key's parts, in order.
+func (k Key) PartNames() []string {
+	var names []string
+	for _, seg := range strings.Split(k.s, "&") {
+		name, _, _ := strings.Cut(seg, "=")
+		names = append(names, name)
+	}
+	return names
+}
+
+func unescape(v string) (string, error) {
+	if !strings.Contains(v, "%") {
+		return v, nil
+	}
+	b := make([]byte, 0, len(v))
+	for i := 0; i < len(v); i++ {
+		if v[i] != '%' {
+			b = append(b, v[i])
+			continue
+		}
+		if i+2 >= len(v) || unhex(v[i+1]) < 0 || unhex(v[i+2]) < 0 {
+			return "", errors.New("a % in a key value starts an escape of two hex digits (%25 for % itself)")
+		}
+		b = append(b, byte(unhex(v[i+1])<<4|unhex(v[i+2])))
+		i += 2
+	}
+	return string(b), nil
+}
+
+func unhex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c-'a') + 10
+	case 'A' <= c && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
 // KeyOf builds the common single-part key without a variadic slice.
 func KeyOf(name, value string) Key { return NewKey(Part{Name: name, Value: value}) }
 

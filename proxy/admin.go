@@ -14,8 +14,9 @@ import (
 )
 
 // AdminHandler serves the admin listener: /metrics from g, /healthz,
-// /readyz and /debug/pprof/. It must never be mounted on the public
-// listener.
+// /readyz (open to the scraper and the orchestrator), the admin API of
+// SPEC §10 under /admin/ and /debug/pprof/ (behind ADMIN_TOKEN when set).
+// It must never be mounted on the public listener.
 func (p *Proxy) AdminHandler(g prometheus.Gatherer) http.Handler {
 	r := chi.NewRouter()
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{
@@ -27,9 +28,10 @@ func (p *Proxy) AdminHandler(g prometheus.Gatherer) http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	r.Get("/readyz", p.readyz)
-	// Go's profiler, for operators chasing CPU or memory; the admin
-	// listener is private by contract.
-	r.Mount("/debug", middleware.Profiler())
+	// Go's profiler, for operators chasing CPU or memory, behind the same
+	// token as the admin API.
+	r.Mount("/debug", p.adminAuth(middleware.Profiler()))
+	r.Route("/admin", p.adminRoutes)
 	return r
 }
 
@@ -42,13 +44,14 @@ func (p *Proxy) readyz(w http.ResponseWriter, _ *http.Request) {
 	if !up {
 		state = "down"
 	}
-	ready := up || p.cfg.FailOpen != config.FailOpenFalse || !p.cfg.RateLimitEnabled
+	enabled := p.policy.Load().cfg.RateLimitEnabled
+	ready := up || p.boot.FailOpen != config.FailOpenFalse || !enabled
 	body := map[string]any{
 		"status":             "ready",
 		"store":              p.storeName,
 		"store_state":        state,
-		"fail_open":          p.cfg.FailOpen,
-		"rate_limit_enabled": p.cfg.RateLimitEnabled,
+		"fail_open":          p.boot.FailOpen,
+		"rate_limit_enabled": enabled,
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")

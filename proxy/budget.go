@@ -103,7 +103,7 @@ func (p *Proxy) meteredCost(x *exchange, r *http.Request, in *keyInput, pol *pol
 func (p *Proxy) tokenCost(x *exchange, in *keyInput, c costKind) int64 {
 	cost := int64(x.est.Tokens)
 	if c == costTotal {
-		cost = min(cost+requestedOutput(in, p.cfg.OutputTokenReserve, int64(x.est.Batch)), maxReserve)
+		cost = min(cost+requestedOutput(in, x.pol.cfg.OutputTokenReserve, int64(x.est.Batch)), maxReserve)
 	}
 	return cost
 }
@@ -381,7 +381,7 @@ func (p *Proxy) settle(x *exchange, res usage.Result) {
 		return
 	}
 	// The request may be gone (a client that left): the settlement is not.
-	ctx, cancel := context.WithTimeout(context.Background(), max(p.cfg.RedisTimeout, 50*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), max(p.boot.RedisTimeout, 50*time.Millisecond))
 	defer cancel()
 	if err := p.store.Settle(ctx, ss, p.now()); err != nil {
 		p.metrics.storeErrors.Inc()

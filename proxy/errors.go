@@ -181,7 +181,11 @@ func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, e *apiError) 
 	if x != nil && x.body == nil && x.forwardedAt.IsZero() && r.ContentLength != 0 {
 		discardUnread(x, r)
 	}
-	body := e.body(envelopeFor(path, p.flatErrors))
+	pol := p.policy.Load()
+	if x != nil && x.pol != nil {
+		pol = x.pol
+	}
+	body := e.body(envelopeFor(path, pol.flatErrors))
 	h := w.Header()
 	h["Content-Type"] = []string{"application/json"}
 	h["Content-Length"] = []string{strconv.Itoa(len(body))}

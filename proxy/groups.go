@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -37,12 +38,14 @@ type group struct {
 	from        string // "header", "query", "tier" or ""
 	name        string // header (canonical) or query parameter
 	prios       map[string]int
-	defaultPrio int // "default", else the lowest
+	defaultPrio int                   // "default", else the lowest
+	conf        config.UpstreamGroup // what it was built from
 }
 
 // newGroups builds the gates of the configured groups; shared with
-// Redis when ro is set.
-func newGroups(c *config.Config, now func() time.Time, m *gate.Metrics, ro *gate.RedisOptions) (*groups, error) {
+// Redis when ro is set. A group of old (the groups a reload replaces)
+// whose table did not change is kept as it is, with its gate.
+func newGroups(c *config.Config, now func() time.Time, m *gate.Metrics, ro *gate.RedisOptions, old *groups) (*groups, error) {
 	if len(c.UpstreamGroups) == 0 {
 		return nil, nil
 	}
@@ -50,6 +53,21 @@ func newGroups(c *config.Config, now func() time.Time, m *gate.Metrics, ro *gate
 	var entries []string
 	owner := map[string]string{} // entry → group name
 	for _, cg := range c.UpstreamGroups {
+		paths := cg.Paths
+		if paths == nil {
+			paths = c.ProtectedPaths
+		}
+		for _, p := range paths {
+			if _, taken := owner[p]; !taken {
+				owner[p] = cg.Name
+				entries = append(entries, p)
+			}
+		}
+		if prev := old.byName(cg.Name); prev != nil && reflect.DeepEqual(prev.conf, cg) {
+			gs.list = append(gs.list, prev)
+			gs.by[cg.Name] = prev
+			continue
+		}
 		o := gate.Options{Name: cg.Name, MaxInFlight: cg.MaxInFlight, Rate: cg.Rate, Per: cg.Per, Queue: cg.Queue,
 			MaxWait: cg.MaxWait, Priorities: cg.Priorities, Retries: int(cg.Retries), MaxBackoff: cg.MaxBackoff,
 			Now: now, Metrics: m}
@@ -65,10 +83,14 @@ func newGroups(c *config.Config, now func() time.Time, m *gate.Metrics, ro *gate
 			g, err = gate.New(o)
 		}
 		if err != nil {
-			gs.close()
+			for _, grp := range gs.list {
+				if old.byName(grp.g.Name()) != grp {
+					grp.g.Close()
+				}
+			}
 			return nil, fmt.Errorf("upstream_group %q: %w", cg.Name, err)
 		}
-		grp := &group{g: g, prios: map[string]int{}, defaultPrio: len(cg.Priorities) - 1}
+		grp := &group{g: g, prios: map[string]int{}, defaultPrio: len(cg.Priorities) - 1, conf: cg}
 		for i, p := range cg.Priorities {
 			grp.prios[p] = i
 			if p == "default" {
@@ -82,16 +104,6 @@ func newGroups(c *config.Config, now func() time.Time, m *gate.Metrics, ro *gate
 		}
 		gs.list = append(gs.list, grp)
 		gs.by[cg.Name] = grp
-		paths := cg.Paths
-		if paths == nil {
-			paths = c.ProtectedPaths
-		}
-		for _, p := range paths {
-			if _, taken := owner[p]; !taken {
-				owner[p] = cg.Name
-				entries = append(entries, p)
-			}
-		}
 	}
 	gs.match = newRoutes(entries, nil)
 	for _, rt := range gs.match.exact {
@@ -102,6 +114,44 @@ func newGroups(c *config.Config, now func() time.Time, m *gate.Metrics, ro *gate
 		rt.group = gs.by[owner[rt.label]]
 	}
 	return gs, nil
+}
+
+func (gs *groups) byName(name string) *group {
+	if gs == nil {
+		return nil
+	}
+	return gs.by[name]
+}
+
+// retireGroups retires the gates of old that next no longer uses (a group
+// removed, or changed and so given a new gate): they stop being reported
+// at once and close when their last request is done. It returns what
+// changed.
+func retireGroups(old, next *groups) []string {
+	var changed []string
+	if next != nil {
+		for _, grp := range next.list {
+			if prev := old.byName(grp.conf.Name); prev == nil {
+				changed = append(changed, "upstream_group "+grp.conf.Name+": added")
+			} else if prev != grp {
+				changed = append(changed, "upstream_group "+grp.conf.Name+": changed")
+			}
+		}
+	}
+	if old == nil {
+		return changed
+	}
+	for _, grp := range old.list {
+		kept := next.byName(grp.conf.Name)
+		if kept == grp {
+			continue
+		}
+		if kept == nil {
+			changed = append(changed, "upstream_group "+grp.conf.Name+": removed")
+		}
+		grp.g.Retire(kept == nil)
+	}
+	return changed
 }
 
 func (gs *groups) close() {
@@ -130,8 +180,10 @@ func (gs *groups) of(r *http.Request, protected bool) *group {
 }
 
 // priority is r's priority index in the group: the value of priority_from
-// among the group's priorities (case-insensitive), else "default".
-func (grp *group) priority(r *http.Request, tierFrom string) int {
+// among the group's priorities (case-insensitive), else "default". The
+// tier is the caller's plan as the guards found it, or, on a path they
+// did not guard, as tier_from gives it.
+func (grp *group) priority(r *http.Request, x *exchange) int {
 	var v string
 	switch grp.from {
 	case "header":
@@ -141,8 +193,11 @@ func (grp *group) priority(r *http.Request, tierFrom string) int {
 			v = q.Get(grp.name)
 		}
 	case "tier":
-		if tierFrom != "" {
-			v = r.Header.Get(tierFrom)
+		if x.keys.r != nil {
+			v = x.keys.plan
+		} else {
+			c := x.pol.identify(r, anthropicPath(canonicalPath(r.URL.Path)))
+			v = x.pol.planOf(r, &c)
 		}
 	}
 	if v == "" {
@@ -180,13 +235,13 @@ func (p *Proxy) enterGroup(x *exchange, r *http.Request, grp *group, start time.
 	// PROTECTED_PATHS) is read now: a client that leaves while queued is
 	// only noticed once its body has been read, and a retry sends it again.
 	if x.body == nil && r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
-		c := p.ips.identify(r, anthropicPath(canonicalPath(r.URL.Path)))
+		c := x.pol.identify(r, anthropicPath(canonicalPath(r.URL.Path)))
 		if !p.spool(x, r, &c, start) {
 			return nil, nil
 		}
 	}
 	deadline := callerDeadline(r, start)
-	t, err := grp.g.Acquire(r.Context(), grp.priority(r, p.policy.Load().tierFrom), deadline)
+	t, err := grp.g.Acquire(r.Context(), grp.priority(r, x), deadline)
 	if err == nil {
 		t.Deadline = deadline
 		if x.body != nil && r.GetBody == nil {

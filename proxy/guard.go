@@ -36,8 +36,8 @@ import (
 // written and x.decision says why.
 func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time, pol *policy, protected bool, cands []*rule) bool {
 	// 1. Identify.
-	c := p.ips.identify(r, anthropicPath(x.apiPath))
-	if protected && p.cfg.RequireAuth && !c.hasCred {
+	c := pol.identify(r, anthropicPath(x.apiPath))
+	if protected && pol.cfg.RequireAuth && !c.hasCred {
 		x.decision = decUnauthorized
 		p.log.Info("request denied", "rule", "require_auth", "key", "caller="+c.logged(), "path", r.URL.Path)
 		x.Header()["Www-Authenticate"] = []string{"Bearer"}
@@ -46,15 +46,11 @@ func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time, pol *policy, 
 		return false
 	}
 	in := &x.keys
-	*in = keyInput{r: r, p: p, c: c, path: x.apiPath}
+	*in = keyInput{r: r, p: p, pol: pol, c: c, path: x.apiPath}
 	if in.path == "" {
 		in.path = canonicalPath(r.URL.Path)
 	}
-	if pol.tierFrom != "" {
-		if v := r.Header[pol.tierFrom]; len(v) > 0 {
-			in.plan = strings.TrimSpace(v[0])
-		}
-	}
+	in.plan = pol.planOf(r, &c)
 	x.hits, x.out, x.rules = x.hitBuf[:0], x.outBuf[:0], x.ruleBuf[:0]
 
 	// 2. The rules that need no body.
@@ -147,16 +143,7 @@ func (p *Proxy) addHit(x *exchange, r *http.Request, in *keyInput, pol *policy, 
 	if ru.cost.metered() && !p.meteredCost(x, r, in, pol, ru, &h) {
 		return false
 	}
-	eff, own := tierLimit{}, false
-	if ru.tiers != nil && in.plan != "" {
-		eff, own = ru.tiers[in.plan]
-	}
-	if ru.override != nil {
-		if o, ok := ru.override[key.String()]; ok {
-			eff, own = o, true
-		}
-	}
-	if own {
+	if eff, own := ru.effective(in.plan, key); own {
 		if eff.unlimited {
 			return true
 		}
@@ -256,7 +243,7 @@ func longestWait(x *exchange) time.Duration {
 
 // hold takes one of MAX_DELAYED places; false when none is free.
 func (p *Proxy) hold(x *exchange) bool {
-	if p.delayed.Add(1) > p.cfg.MaxDelayed {
+	if p.delayed.Add(1) > x.pol.cfg.MaxDelayed {
 		p.delayed.Add(-1)
 		return false
 	}
@@ -354,7 +341,7 @@ func (p *Proxy) loggedKey(in *keyInput, ru *rule) string {
 		case partCaller:
 			b.WriteString(in.c.logged())
 		case partIP:
-			b.WriteString(strings.TrimPrefix(caller{ip: p.ips.clientIP(in.r)}.logged(), "ip:"))
+			b.WriteString(strings.TrimPrefix(caller{ip: in.pol.ips.clientIP(in.r)}.logged(), "ip:"))
 		default:
 			v, _ := in.value(kp)
 			b.WriteString(limits.KeyOf("", v).String()[1:])
@@ -388,15 +375,15 @@ func (p *Proxy) readBody(x *exchange, r *http.Request, in *keyInput, now time.Ti
 	}
 	body := x.body
 	ct := r.Header.Get("Content-Type")
-	big, err := oversizedFile(ct, body.readerAt(), body.size, p.cfg.MaxFileBytes)
+	big, err := oversizedFile(ct, body.readerAt(), body.size, x.pol.cfg.MaxFileBytes)
 	if err != nil {
 		p.invalid(x, r, "The request body is not valid multipart/form-data: "+err.Error()+".")
 		return false
 	}
 	if big {
 		p.tooLarge(x, r, &in.c, "max_file_bytes", &apiError{status: http.StatusRequestEntityTooLarge, code: codeFileTooLarge,
-			message: "An uploaded file exceeds " + strconv.FormatInt(p.cfg.MaxFileBytes, 10) + " bytes.",
-			fields:  []field{{"max_file_bytes", p.cfg.MaxFileBytes}}})
+			message: "An uploaded file exceeds " + strconv.FormatInt(x.pol.cfg.MaxFileBytes, 10) + " bytes.",
+			fields:  []field{{"max_file_bytes", x.pol.cfg.MaxFileBytes}}})
 		return false
 	}
 
@@ -409,7 +396,7 @@ func (p *Proxy) readBody(x *exchange, r *http.Request, in *keyInput, now time.Ti
 			x.format = tokens.FormatForPath(in.path)
 			req.Format = x.format
 		} else {
-			count = p.cfg.MaxInputTokens
+			count = x.pol.cfg.MaxInputTokens
 		}
 		est, err := p.tokens.Estimate(req, int(count))
 		if err != nil {
@@ -432,12 +419,12 @@ func (p *Proxy) readBody(x *exchange, r *http.Request, in *keyInput, now time.Ti
 // it answered: 413 body_too_large (logged with caller c), 400 for a body
 // that broke off, nothing when the client left.
 func (p *Proxy) spool(x *exchange, r *http.Request, c *caller, now time.Time) bool {
-	body, err := readBody(x.ResponseWriter, r, p.cfg.MaxBodyBytes, now)
+	body, err := readBody(x.ResponseWriter, r, x.pol.cfg.MaxBodyBytes, now)
 	switch {
 	case errors.Is(err, errBodyTooLarge):
 		p.tooLarge(x, r, c, "max_body_bytes", &apiError{status: http.StatusRequestEntityTooLarge, code: codeBodyTooLarge,
-			message: "The request body exceeds " + strconv.FormatInt(p.cfg.MaxBodyBytes, 10) + " bytes.",
-			fields:  []field{{"max_body_bytes", p.cfg.MaxBodyBytes}}})
+			message: "The request body exceeds " + strconv.FormatInt(x.pol.cfg.MaxBodyBytes, 10) + " bytes.",
+			fields:  []field{{"max_body_bytes", x.pol.cfg.MaxBodyBytes}}})
 		return false
 	case err != nil:
 		if r.Context().Err() != nil {
@@ -471,10 +458,10 @@ func (p *Proxy) unreadable(x *exchange, r *http.Request, err error) bool {
 func (p *Proxy) tokenCap(x *exchange, r *http.Request, in *keyInput) bool {
 	est := &x.est
 	p.metrics.inputTokens.Observe(float64(est.Tokens))
-	if int64(est.Tokens) > p.cfg.MaxInputTokens {
+	if int64(est.Tokens) > x.pol.cfg.MaxInputTokens {
 		p.tooLarge(x, r, &in.c, "max_input_tokens", &apiError{status: http.StatusRequestEntityTooLarge, code: codeInputTooLarge,
-			message: "The input is estimated at more than " + strconv.FormatInt(p.cfg.MaxInputTokens, 10) + " tokens.",
-			fields:  []field{{"max_input_tokens", p.cfg.MaxInputTokens}, {"estimated_tokens", est.Tokens}}})
+			message: "The input is estimated at more than " + strconv.FormatInt(x.pol.cfg.MaxInputTokens, 10) + " tokens.",
+			fields:  []field{{"max_input_tokens", x.pol.cfg.MaxInputTokens}, {"estimated_tokens", est.Tokens}}})
 		return false
 	}
 	return true
@@ -576,7 +563,7 @@ func (p *Proxy) storeFailed(x *exchange, r *http.Request, in *keyInput, err erro
 	p.metrics.storeErrors.Inc()
 	x.decision = decStoreError
 	x.limited = false
-	if p.cfg.FailOpen != config.FailOpenFalse {
+	if p.boot.FailOpen != config.FailOpenFalse {
 		p.log.Debug("rate limiter store failed; admitting (fail_open)", "err", err)
 		return true
 	}

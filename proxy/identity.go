@@ -220,3 +220,19 @@ func hashKey(tok string) string {
 	hex.Encode(b[4:], sum[:8])
 	return string(b[:])
 }
+
+// identify builds the caller of r under the policy (SPEC §4.1).
+func (pol *policy) identify(r *http.Request, anthropic bool) caller {
+	return pol.ips.identify(r, anthropic)
+}
+
+// planOf is the caller's plan (SPEC §7.4): the tier_from header's value,
+// "" when there is none.
+func (pol *policy) planOf(r *http.Request, c *caller) string {
+	if pol.tierFrom != "" {
+		if v := r.Header[pol.tierFrom]; len(v) > 0 {
+			return strings.TrimSpace(v[0])
+		}
+	}
+	return ""
+}

@@ -23,6 +23,7 @@ const maxPartValue = 256
 type keyInput struct {
 	r      *http.Request
 	p      *Proxy
+	pol    *policy
 	c      caller
 	path   string // the canonical path (so that disguised spellings share a key)
 	plan   string // the caller's plan (tier_from), "" when none
@@ -111,7 +112,7 @@ func (in *keyInput) value(kp *keyPart) (string, bool) {
 		}
 		v = strings.TrimPrefix(in.c.value, "key:")
 	case partIP:
-		v = in.p.ips.ipValue(in.r)
+		v = in.pol.ips.ipValue(in.r)
 	case partMethod:
 		v = in.method()
 	case partPath:

@@ -1,6 +1,9 @@
 package proxy
 
 import (
+	"slices"
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -32,7 +35,9 @@ type metrics struct {
 	upstream    *prometheus.HistogramVec
 	storeErrors prometheus.Counter
 	inputTokens prometheus.Histogram
-	routes      map[string]*routeMetrics
+	unprotected *routeMetrics
+	mu          sync.Mutex
+	routes      map[string]*routeMetrics // by PROTECTED_PATHS entry, made when a policy names it
 }
 
 type routeMetrics struct {
@@ -41,7 +46,7 @@ type routeMetrics struct {
 	upstream prometheus.Observer
 }
 
-func newMetrics(reg prometheus.Registerer, routes []string) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_proxy_requests_total",
@@ -73,25 +78,43 @@ func newMetrics(reg prometheus.Registerer, routes []string) (*metrics, error) {
 			return nil, err
 		}
 	}
-	for _, route := range append(append([]string(nil), routes...), routeUnprotected) {
-		rm := &routeMetrics{
-			requests: map[string]prometheus.Counter{},
-			guard:    m.guard.WithLabelValues(route),
-			upstream: m.upstream.WithLabelValues(route),
-		}
-		for _, d := range decisions {
-			rm.requests[d] = m.requests.WithLabelValues(route, d)
-		}
-		m.routes[route] = rm
-	}
+	m.unprotected = m.route(routeUnprotected)
 	return m, nil
 }
 
-// route returns the metrics of a protected path, or of the unprotected
-// routes.
-func (m *metrics) route(path string) *routeMetrics {
-	if rm, ok := m.routes[path]; ok {
+// route returns the metrics of a route label (a PROTECTED_PATHS entry, or
+// routeUnprotected), resolving its children on first use. Policies call
+// it when they are compiled, never a request.
+func (m *metrics) route(label string) *routeMetrics {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rm, ok := m.routes[label]; ok {
 		return rm
 	}
-	return m.routes[routeUnprotected]
+	rm := &routeMetrics{
+		requests: map[string]prometheus.Counter{},
+		guard:    m.guard.WithLabelValues(label),
+		upstream: m.upstream.WithLabelValues(label),
+	}
+	for _, d := range decisions {
+		rm.requests[d] = m.requests.WithLabelValues(label, d)
+	}
+	m.routes[label] = rm
+	return rm
+}
+
+// forgetRoutes stops reporting the routes a reload removed from
+// PROTECTED_PATHS (keep lists the entries still in use).
+func (m *metrics) forgetRoutes(keep []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for label := range m.routes {
+		if label == routeUnprotected || slices.Contains(keep, label) {
+			continue
+		}
+		delete(m.routes, label)
+		for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{m.requests, m.guard, m.upstream} {
+			v.DeletePartialMatch(prometheus.Labels{"route": label})
+		}
+	}
 }

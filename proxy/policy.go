@@ -15,12 +15,20 @@ import (
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
 )
 
-// policy is the rate limiter's configuration compiled once: the rules in
-// evaluation order, each with its matchers and key extractors. It is
-// immutable; the proxy reads it through an atomic.Pointer, so a reload is
-// one swap and a request sees one policy from start to end.
+// policy is the configuration compiled once: the settings a reload can
+// change, the protected routes, the trust model, the upstream groups and
+// the rules in evaluation order, each with its matchers and key
+// extractors. It is immutable; the proxy reads it through an
+// atomic.Pointer, so a reload or a live change is one swap and a request
+// sees one policy from start to end.
 type policy struct {
-	rules []*rule
+	cfg        *config.Config // as loaded, live changes not applied (they are in live)
+	live       *liveChanges   // the admin API's changes since the last load
+	routes     *routes        // PROTECTED_PATHS
+	ips        clientIPs
+	flatErrors bool
+	groups     *groups // upstream groups (SPEC §9); nil when none
+	rules      []*rule
 	// ownPaths: some rule matches paths of its own (not PROTECTED_PATHS)
 	// or methods besides POST, so an unprotected request may still be
 	// limited.
@@ -63,6 +71,7 @@ type rule struct {
 	cost    costKind
 	maxCost int64 // a token rule's largest limit, burst, tier or override
 	metrics *ruleMetrics
+	conf    config.Rule // what it was compiled from, live changes applied
 }
 
 // tierLimit is a limit that replaces a rule's for one plan or key.
@@ -107,9 +116,10 @@ func (k *keyPart) body() bool {
 	return k.kind == partModel || k.kind == partJSON || k.kind == partXML || k.kind == partForm
 }
 
-// compilePolicy builds the policy of a validated configuration.
-func compilePolicy(c *config.Config, rm *ruleMetricSet) (*policy, error) {
-	pol := &policy{prices: c.Prices}
+// compilePolicy builds the rules of a validated configuration, with the
+// admin API's live changes applied.
+func compilePolicy(c *config.Config, live *liveChanges, rm *ruleMetricSet) (*policy, error) {
+	pol := &policy{cfg: c, live: live, prices: c.Prices}
 	if tf, ok := strings.CutPrefix(c.TierFrom, "header:"); ok {
 		pol.tierFrom = http.CanonicalHeaderKey(tf)
 	}
@@ -121,6 +131,7 @@ func compilePolicy(c *config.Config, rm *ruleMetricSet) (*policy, error) {
 	}
 	rules = append(rules, c.Rules...)
 	for i := range rules {
+		live.apply(&rules[i])
 		ru, err := pol.compileRule(&rules[i], i, rm)
 		if err != nil {
 			return nil, fmt.Errorf("rule %q: %w", rules[i].Name, err)
@@ -147,7 +158,7 @@ func (pol *policy) compileRule(cr *config.Rule, index int, rm *ruleMetricSet) (*
 	// A refund can shorten a refusal's wait (SPEC §4.2).
 	lim.Settles = cr.Cost == config.CostTotalTokens || cr.Cost == config.CostUSD
 	ru := &rule{lim: lim, index: index, reject: cr.OnMissingKey == config.MissingReject,
-		maxDelay: cr.MaxDelay, burstSet: cr.BurstSet, metrics: rm.rule(cr.Name)}
+		maxDelay: cr.MaxDelay, burstSet: cr.BurstSet, metrics: rm.rule(cr.Name), conf: *cr}
 	switch cr.Cost {
 	case config.CostInputTokens:
 		ru.cost = costInput
@@ -223,6 +234,21 @@ func (pol *policy) compileRule(cr *config.Rule, index int, rm *ruleMetricSet) (*
 		ru.maxCost = max(ru.maxCost, o.limit)
 	}
 	return ru, nil
+}
+
+// effective is the limit in force for a key of the plan: the key's
+// override, else the plan's tier; own is false when neither applies (the
+// rule's limit holds).
+func (ru *rule) effective(plan string, key limits.Key) (eff tierLimit, own bool) {
+	if ru.tiers != nil && plan != "" {
+		eff, own = ru.tiers[plan]
+	}
+	if ru.override != nil {
+		if o, ok := ru.override[key.String()]; ok {
+			eff, own = o, true
+		}
+	}
+	return eff, own
 }
 
 // compilePart compiles a validated key part, registering body parts in

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -50,28 +51,48 @@ type Options struct {
 	// GateRedis, when set, shares the upstream groups' gates (SPEC §9)
 	// through Redis; otherwise they are this instance's alone.
 	GateRedis *gate.RedisOptions
+	// Forget drops the remembered refusals of a rule (every key when key
+	// is zero) on this instance and, with Redis, on every other (SPEC
+	// §4.2); called on a reset, a live change and a reload. nil: nothing
+	// is remembered.
+	Forget func(rule string, key limits.Key)
+	// ConfigPath is the file a reload reads again ("" none: a reload
+	// applies the environment over the defaults).
+	ConfigPath string
+	// Getenv reads the environment on reload; os.LookupEnv when nil.
+	Getenv func(string) (string, bool)
+	// LogLevel, when set, is changed by a reload that changes log_level.
+	LogLevel *slog.LevelVar
 }
 
 // Proxy is the guarded reverse proxy.
 type Proxy struct {
-	cfg        config.Config
-	store      limits.Store
-	log        *slog.Logger
-	now        func() time.Time
-	ips        clientIPs
-	routes     *routes
-	policy     atomic.Pointer[policy]
-	ruleSet    *ruleMetricSet
-	delayed    atomic.Int64 // requests held by delay rules now
-	flatErrors bool
-	metrics    *metrics
-	tokens     *tokens.Tokenizer
-	storeName  string
-	storeUp    func() bool
-	forward    http.Handler // unprotected requests: WebSocket upgrades pass
-	guarded    http.Handler // admitted protected requests: no upgrade passes
-	groups     *groups      // upstream groups (SPEC §9); nil when none
-	pool       sync.Pool
+	// boot is the configuration the proxy started with: the settings a
+	// reload cannot change (listeners, store, upstream URL and timeout,
+	// FAIL_OPEN) are read from it; the others from the current policy.
+	boot      config.Config
+	store     limits.Store
+	log       *slog.Logger
+	now       func() time.Time
+	policy    atomic.Pointer[policy]
+	ruleSet   *ruleMetricSet
+	delayed   atomic.Int64 // requests held by delay rules now
+	metrics   *metrics
+	tokens    *tokens.Tokenizer
+	storeName string
+	storeUp   func() bool
+	forward   http.Handler // unprotected requests: WebSocket upgrades pass
+	guarded   http.Handler // admitted protected requests: no upgrade passes
+	pool      sync.Pool
+	// What reloads and live changes need.
+	reload   sync.Mutex // one reload or live change at a time
+	gateMx   *gate.Metrics
+	gateOpts *gate.RedisOptions
+	forget   func(rule string, key limits.Key)
+	cfgPath  string
+	getenv   func(string) (string, bool)
+	logLevel *slog.LevelVar
+	reloads  *reloadMetrics
 }
 
 // New validates what it is given and builds the proxy; a bad option fails
@@ -85,15 +106,21 @@ func New(o Options) (*Proxy, error) {
 	}
 	c := o.Config
 	p := &Proxy{
-		cfg:        c,
-		store:      o.Store,
-		log:        o.Logger,
-		now:        o.Now,
-		flatErrors: c.ErrorFormat == "flat",
-		ips:        clientIPs{ipv6Prefix: int(c.IPv6Prefix)},
-		tokens:     o.Tokenizer,
-		storeName:  o.StoreName,
-		storeUp:    o.StoreUp,
+		boot:      c,
+		store:     o.Store,
+		log:       o.Logger,
+		now:       o.Now,
+		tokens:    o.Tokenizer,
+		storeName: o.StoreName,
+		storeUp:   o.StoreUp,
+		gateOpts:  o.GateRedis,
+		forget:    o.Forget,
+		cfgPath:   o.ConfigPath,
+		getenv:    o.Getenv,
+		logLevel:  o.LogLevel,
+	}
+	if p.forget == nil {
+		p.forget = func(string, limits.Key) {}
 	}
 	if p.storeName == "" {
 		p.storeName = "memory"
@@ -107,14 +134,7 @@ func New(o Options) (*Proxy, error) {
 	if p.now == nil {
 		p.now = time.Now
 	}
-	for _, s := range c.TrustedProxies {
-		pre, err := config.ParsePrefix(s)
-		if err != nil {
-			return nil, fmt.Errorf("trusted_proxies: %q: %w", s, err)
-		}
-		p.ips.trusted = append(p.ips.trusted, pre)
-	}
-	m, err := newMetrics(o.Registerer, c.ProtectedPaths)
+	m, err := newMetrics(o.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
@@ -122,12 +142,19 @@ func New(o Options) (*Proxy, error) {
 	if p.ruleSet, err = newRuleMetricSet(o.Registerer); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
-	pol, err := compilePolicy(&c, p.ruleSet)
+	if p.reloads, err = newReloadMetrics(o.Registerer); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	// Every group's metrics exist from the start, so that a reload that
+	// adds the first group registers nothing.
+	if p.gateMx, err = gate.NewMetrics(o.Registerer); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	pol, err := p.compile(&c, nil, nil)
 	if err != nil {
 		return nil, err
 	}
 	p.policy.Store(pol)
-	p.routes = newRoutes(c.ProtectedPaths, m)
 	if o.Stats != nil {
 		if err := registerStoreStats(o.Registerer, o.Stats); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
@@ -147,21 +174,14 @@ func New(o Options) (*Proxy, error) {
 	if rt == nil {
 		rt = upstream.NewTransport(c.UpstreamTimeout)
 	}
-	if len(c.UpstreamGroups) > 0 {
-		gm, err := gate.NewMetrics(o.Registerer)
-		if err != nil {
-			return nil, fmt.Errorf("registering metrics: %w", err)
-		}
-		if p.groups, err = newGroups(&c, p.now, gm, o.GateRedis); err != nil {
-			return nil, err
-		}
-		rt = &gate.Transport{Base: rt} // the upstream's 429/503 are handled under the group's ticket
-	}
+	// The upstream's 429/503 are handled under the group's ticket; a
+	// request outside every group has none and passes as it is.
+	rt = &gate.Transport{Base: rt}
 	uo := upstream.Options{
 		Target:                target,
 		ResponseHeaderTimeout: c.UpstreamTimeout,
-		TrustForwarded:        p.ips.trustedPeer,
-		ClientIP:              p.ips.clientIP,
+		TrustForwarded:        func(r *http.Request) bool { return p.policy.Load().ips.trustedPeer(r) },
+		ClientIP:              func(r *http.Request) netip.Addr { return p.policy.Load().ips.clientIP(r) },
 		ErrorHandler:          p.upstreamError,
 		Transport:             rt, // one connection pool for both handlers
 		OutgoingBody:          outgoingBody,
@@ -186,26 +206,26 @@ func (p *Proxy) Handler() http.Handler {
 // ServeHTTP runs one request: guards on protected routes, then forwarding.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := p.now()
+	pol := p.policy.Load()
 	x := p.pool.Get().(*exchange)
-	*x = exchange{ResponseWriter: w, decision: decAllowed, now: p.now}
+	*x = exchange{ResponseWriter: w, decision: decAllowed, now: p.now, pol: pol}
 	defer p.pool.Put(x)
 
-	rt, canonical := p.route(r)
+	rt, canonical := pol.route(r)
 	protected := rt != nil
 	if protected {
 		x.route, x.routeName, x.format, x.apiPath = rt.metrics, rt.label, rt.format, canonical
 	} else {
-		x.route, x.routeName = p.metrics.route(routeUnprotected), routeUnprotected
+		x.route, x.routeName = p.metrics.unprotected, routeUnprotected
 	}
 	defer func() {
 		if x.body != nil {
 			x.body.close()
 		}
 	}()
-	pol := p.policy.Load()
 	cands := x.candBuf[:0]
-	if p.cfg.RateLimitEnabled && (protected || pol.ownPaths) {
-		cands = pol.applying(r, protected, p.routes, cands)
+	if pol.cfg.RateLimitEnabled && (protected || pol.ownPaths) {
+		cands = pol.applying(r, protected, pol.routes, cands)
 	}
 	if protected || len(cands) > 0 {
 		pass := p.guard(x, r, start, pol, protected, cands)
@@ -216,7 +236,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			x.route.requests[x.decision].Inc()
 			return
 		}
-		if grp := p.groups.of(r, protected); grp != nil {
+		if grp := pol.groups.of(r, protected); grp != nil {
 			var t *gate.Ticket
 			if r, t = p.enterGroup(x, r, grp, start); r == nil {
 				p.settle(x, usage.Result{})
@@ -236,7 +256,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// first): the input estimate alone is charged.
 		p.settle(x, usage.Result{})
 	} else {
-		if grp := p.groups.of(r, protected); grp != nil {
+		if grp := pol.groups.of(r, protected); grp != nil {
 			var t *gate.Ticket
 			if r, t = p.enterGroup(x, r, grp, start); r == nil {
 				x.route.requests[x.decision].Inc()
@@ -251,18 +271,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // Close stops the background work of the upstream groups.
-func (p *Proxy) Close() { p.groups.close() }
+func (p *Proxy) Close() { p.policy.Load().groups.close() }
 
 // route returns the PROTECTED_PATHS entry r falls under and the canonical
 // spelling of its path that matched; nil when the guards do not apply
 // (SPEC §3). Any spelling an upstream's router could take for a protected
 // path counts (/V1//Chat/completions;x=1/, /v1/chat%2Fcompletions); what
 // is forwarded is left as sent.
-func (p *Proxy) route(r *http.Request) (*protectedRoute, string) {
+func (pol *policy) route(r *http.Request) (*protectedRoute, string) {
 	if !postLike(r) {
 		return nil, ""
 	}
-	return p.routes.match(r)
+	return pol.routes.match(r)
 }
 
 // upstreamError answers a request the upstream did not serve.
@@ -275,7 +295,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, status int
 		}
 		return // nobody is listening
 	case http.StatusGatewayTimeout:
-		p.log.Warn("upstream timed out", "path", r.URL.Path, "timeout", p.cfg.UpstreamTimeout)
+		p.log.Warn("upstream timed out", "path", r.URL.Path, "timeout", p.boot.UpstreamTimeout)
 		p.writeError(w, r, &apiError{status: status, code: codeUpstreamTimeout, message: "The upstream API did not answer in time."})
 	default:
 		p.log.Warn("upstream unavailable", "path", r.URL.Path)

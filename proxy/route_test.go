@@ -14,7 +14,7 @@ import (
 
 func testRoutes(t testing.TB, entries ...string) *routes {
 	t.Helper()
-	m, err := newMetrics(prometheus.NewRegistry(), entries)
+	m, err := newMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,7 +105,7 @@ func (p *Proxy) usdCost(x *exchange, r *http.Request, in *keyInput, ru *rule, po
 		return 0, false
 	}
 	x.budget.price = price
-	out := requestedOutput(in, p.cfg.OutputTokenReserve, int64(x.est.Batch))
+	out := requestedOutput(in, x.pol.cfg.OutputTokenReserve, int64(x.est.Batch))
 	return reserveUSD(price, int64(x.est.Tokens), out), true
 }
 

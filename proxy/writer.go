@@ -27,6 +27,7 @@ type exchange struct {
 	format      tokens.Format
 	body        *spooled // the buffered body of a protected request
 	now         func() time.Time
+	pol         *policy // the configuration this request started under
 
 	// The rate-limit batch: hits[i] was decided by rules[i] as out[i].
 	// limited says an enforcing rule decided: stamp the headers, with

@@ -81,7 +81,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 
-	log := newLogger(cfg, stderr)
+	level := new(slog.LevelVar)
+	log := newLogger(cfg, level, stderr)
 	if _, set := os.LookupEnv("GOGC"); !set {
 		// The live heap is small and mostly the tokenizer's tables, which
 		// every collection scans: collecting at 5× rather than 2× the live
@@ -93,7 +94,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *mock {
 		err = serveMock(cfg, log)
 	} else {
-		err = serve(cfg, log)
+		err = serve(cfg, *cfgPath, level, log)
 	}
 	if err != nil {
 		log.Error("stopped", "err", err)
@@ -107,9 +108,12 @@ func oneLine(err error) string {
 	return strings.ReplaceAll(err.Error(), "\n", "; ")
 }
 
-func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated
+// newLogger writes to w at cfg's level, which a reload may change through
+// level.
+func newLogger(cfg config.Config, level *slog.LevelVar, w io.Writer) *slog.Logger {
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(cfg.LogLevel)) // validated
+	level.Set(lv)
 	if cfg.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
 	}
@@ -125,8 +129,9 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-// serve runs the proxy until SIGINT or SIGTERM, then drains.
-func serve(cfg config.Config, log *slog.Logger) error {
+// serve runs the proxy until SIGINT or SIGTERM, then drains; SIGHUP
+// reloads the configuration file (cfgPath) and the environment.
+func serve(cfg config.Config, cfgPath string, level *slog.LevelVar, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
@@ -152,7 +157,8 @@ func serve(cfg config.Config, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	memory := limits.NewMemory(limits.MemoryOptions{MaxKeys: int(cfg.MaxTrackedKeys)})
-	opts := proxy.Options{Config: cfg, Store: memory, Logger: log, Registerer: reg, Stats: memory.Stats, Tokenizer: tk}
+	opts := proxy.Options{Config: cfg, Store: memory, Logger: log, Registerer: reg, Stats: memory.Stats, Tokenizer: tk,
+		ConfigPath: cfgPath, LogLevel: level}
 	if cfg.RedisURL != "" {
 		shared, err := newRedisStore(cfg, reg, log, memory)
 		if err != nil {
@@ -170,6 +176,15 @@ func serve(cfg config.Config, log *slog.Logger) error {
 	if cfg.RefusalCacheSize > 0 {
 		remember = limits.NewRemember(opts.Store, int(cfg.RefusalCacheSize)).(*limits.Remember)
 		opts.Store, opts.Refusals = remember, remember.Stats
+		opts.Forget = remember.Forget
+	}
+	// A reset, live change or reload is forgotten by every instance that
+	// shares the store (SPEC §4.2).
+	if opts.GateRedis != nil {
+		bus := limits.NewForgetBus(opts.GateRedis.Client, cfg.RedisPrefix, remember)
+		bus.OnError = func(op string, err error) { log.Debug("refusal forgetting over redis failed", "op", op, "err", err) }
+		opts.Forget = bus.Forget
+		go bus.Run(ctx)
 	}
 	p, err := proxy.New(opts)
 	if err != nil {
@@ -187,6 +202,7 @@ func serve(cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	go sweep(ctx, memory, remember, log)
+	go reloadOnHangup(ctx, p)
 
 	<-ctx.Done()
 	log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout)
@@ -199,6 +215,22 @@ func serve(cfg config.Config, log *slog.Logger) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// reloadOnHangup reloads the configuration on each SIGHUP until ctx ends.
+// A refused file is logged by Reload and changes nothing.
+func reloadOnHangup(ctx context.Context, p *proxy.Proxy) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			p.Reload("SIGHUP")
+		}
+	}
 }
 
 // listen binds addr (so a taken port fails the start) and serves h on it.

@@ -136,6 +136,45 @@ func (g *Group) Close() {
 	})
 }
 
+// Retire takes a group out of service after a reload replaced or removed
+// it: its gauges stop being reported at once (a new group of the same name
+// reports its own), and it closes once the requests it admitted or queued
+// are done, which new requests no longer join. removed also deletes the
+// group's counter series (no group of that name is left). The state a
+// group keeps on Redis is shared by name, so a replacement carries on
+// with it.
+func (g *Group) Retire(removed bool) {
+	if g.o.Metrics != nil {
+		g.o.Metrics.drop(g)
+		if removed {
+			g.o.Metrics.forget(g.o.Name)
+		}
+	}
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for range t.C {
+			if g.idle() {
+				break
+			}
+		}
+		g.Close()
+	}()
+}
+
+// idle reports that no ticket of g is held and nobody waits.
+func (g *Group) idle() bool {
+	if g.flying.Load() != 0 {
+		return false
+	}
+	for i := range g.waiting {
+		if g.waiting[i].Load() != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // waiter is one request on its way through the gate.
 type waiter struct {
 	id   string // Redis: instance:sequence; memory: ""

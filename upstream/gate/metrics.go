@@ -130,6 +130,16 @@ func (m *Metrics) drop(g *Group) {
 	m.mu.Unlock()
 }
 
+// forget deletes a removed group's counter and histogram series.
+func (m *Metrics) forget(name string) {
+	l := prometheus.Labels{"group": name}
+	m.wait.DeletePartialMatch(l)
+	m.busyN.DeletePartialMatch(l)
+	m.throttleN.DeletePartialMatch(l)
+	m.retriesN.DeletePartialMatch(l)
+	m.goneN.DeletePartialMatch(l)
+}
+
 func (gm *groupMetrics) waited(prio int, d time.Duration) { gm.wait[prio].Observe(d.Seconds()) }
 func (gm *groupMetrics) busy(reason string)               { gm.reasons[reason].Inc() }
 func (gm *groupMetrics) throttled(status int)             { gm.status[status].Inc() }
