@@ -490,16 +490,16 @@ func keyOf(r *http.Request, ru *rule) (limits.Key, error) {
 
 // limitView is GET /admin/limits/{rule}?key=K.
 type limitView struct {
-	Rule              string      `json:"rule"`
-	Key               string      `json:"key"`
-	Limit             any         `json:"limit"`
-	Used              json.Number `json:"used"`
-	Remaining         any         `json:"remaining"`
-	WindowSeconds     json.Number `json:"window_seconds"`
-	ResetAfterSeconds json.Number `json:"reset_after_seconds"`
-	Algorithm         string      `json:"algorithm"`
+	Rule              string       `json:"rule"`
+	Key               string       `json:"key"`
+	Limit             any          `json:"limit"`
+	Used              json.Number  `json:"used"`
+	Remaining         any          `json:"remaining"`
+	WindowSeconds     json.Number  `json:"window_seconds"`
+	ResetAfterSeconds json.Number  `json:"reset_after_seconds"`
+	Algorithm         string       `json:"algorithm"`
 	Burst             *json.Number `json:"burst,omitempty"`
-	Cost              string      `json:"cost"`
+	Cost              string       `json:"cost"`
 	// Override is the key's own limit when one applies (the file's or a
 	// live one), Tier the plan asked for with ?tier=.
 	Override any    `json:"override,omitempty"`
@@ -534,7 +534,7 @@ func (p *Proxy) limitsOf(ctx context.Context, ru *rule, key limits.Key, plan str
 	v := limitView{Rule: ru.lim.Name, Key: key.String(), Limit: amount(limit), Used: amount(max(capacity-d[0].Remaining, 0)),
 		Remaining: amount(d[0].Remaining), WindowSeconds: seconds(ru.lim.Window),
 		ResetAfterSeconds: json.Number(strconv.FormatInt(ceilSeconds(d[0].ResetAfter), 10)),
-		Algorithm: string(ru.lim.Algorithm), Cost: ru.conf.Cost, Tier: plan}
+		Algorithm:         string(ru.lim.Algorithm), Cost: ru.conf.Cost, Tier: plan}
 	if ru.lim.Algorithm == limits.TokenBucket {
 		b := amount(burst)
 		v.Burst = &b

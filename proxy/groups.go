@@ -38,7 +38,7 @@ type group struct {
 	from        string // "header", "query", "tier" or ""
 	name        string // header (canonical) or query parameter
 	prios       map[string]int
-	defaultPrio int                   // "default", else the lowest
+	defaultPrio int                  // "default", else the lowest
 	conf        config.UpstreamGroup // what it was built from
 }
 
