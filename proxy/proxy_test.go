@@ -36,6 +36,7 @@ func (c *clock) Set(sec float64) {
 }
 
 type fixture struct {
+	p        *proxy.Proxy
 	handler  http.Handler
 	admin    http.Handler
 	clock    *clock
@@ -70,7 +71,7 @@ func newFixture(t testing.TB, opts ...option) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	f.handler, f.admin = p.Handler(), p.AdminHandler(f.reg)
+	f.p, f.handler, f.admin = p, p.Handler(), p.AdminHandler(f.reg)
 	return f
 }
 
