@@ -24,7 +24,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("%s = %s: %s", c.name(key), quote(v, isSecret(key)), fmt.Sprintf(format, args...)))
 	}
 	if err := checkAddr(c.AdminAddr); err == nil && c.AdminToken == "" && !loopbackAddr(c.AdminAddr) {
-		bad("admin_addr", c.AdminAddr, "is not a loopback address: set %s, which every /admin/ and /debug/pprof/ request must then present, or listen on 127.0.0.1", c.name("admin_token"))
+		bad("admin_addr", c.AdminAddr, "is not a loopback address: set ADMIN_TOKEN (admin_token), which every /admin/ and /debug/pprof/ request must then present, or listen on 127.0.0.1")
 	}
 
 	switch {
