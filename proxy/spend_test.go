@@ -102,3 +102,32 @@ func TestSpendSumsExactly(t *testing.T) {
 		}
 	}
 }
+
+// The admin API reads and changes a usd rule in dollars (SPEC §8.1, §10).
+func TestSpendAdminInDollars(t *testing.T) {
+	_, url := newLLM(t)
+	f := newFixture(t, budgetRules(t, url, spendRules)...)
+	w := f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", `{"model":"tiny-1","messages":[],"max_tokens":1}`,
+		"Authorization", "Bearer k3", "X-Test-Usage", "1000000,0") // settles to 1M × $0.15/M = $0.15: over the $0.05
+	if w.Code != 200 {
+		t.Fatalf("request: %d %s", w.Code, w.Body)
+	}
+	key := "/admin/limits/spend?key=api_key=" + keyHash("k3")
+	code, m := f.adminDo(t, "GET", key, "", "")
+	if code != 200 || m["limit"] != 0.05 || m["used"] != 0.05 || m["remaining"] != 0.0 || m["cost"] != "usd" || m["window_seconds"] != 86400.0 {
+		t.Fatalf("GET: %d %v", code, m)
+	}
+	// Used counts to the limit; the $0.15 really spent shows under a higher one.
+	code, m = f.adminDo(t, "PUT", key, "", `{"limit":"0.5"}`)
+	if code != 200 || m["limit"] != 0.5 || m["override"] != 0.5 || m["used"] != 0.15 || m["remaining"] != 0.35 {
+		t.Fatalf("PUT override: %d %v", code, m)
+	}
+	code, m = f.adminDo(t, "PUT", "/admin/rules/spend", "", `{"limit":25.125}`)
+	if code != 200 || m["limit"] != 25.125 {
+		t.Fatalf("PUT rule: %d %v", code, m)
+	}
+	_, cfg := f.adminDo(t, "GET", "/admin/config", "", "")
+	if r := cfg["rule"].([]any)[0].(map[string]any); r["limit"] != 25.125 {
+		t.Fatalf("config: %v", r)
+	}
+}
