@@ -58,17 +58,19 @@ var (
 // Verifier verifies tokens against the configured secret and key set. It is
 // safe for concurrent use; Close stops its refresh.
 type Verifier struct {
-	secret  []byte
-	src     *source // nil without JWKS
-	keys    atomic.Pointer[keySet]
-	seq     atomic.Uint64 // numbers fetches, so an older one never wins
-	allowed map[string]bool
-	parser  *jwt.Parser
-	claims  *jwt.Validator
-	now     func() time.Time
-	refresh time.Duration
-	log     *slog.Logger
-	onFetch func(bool)
+	secret   []byte
+	src      *source // nil without JWKS
+	keys     atomic.Pointer[keySet]
+	seq      atomic.Uint64 // numbers fetches, so an older one never wins
+	allowed  map[string]bool
+	parser   *jwt.Parser
+	claims   *jwt.Validator
+	issuer   bool // an issuer is required
+	audience bool // an audience is required
+	now      func() time.Time
+	refresh  time.Duration
+	log      *slog.Logger
+	onFetch  func(bool)
 
 	ctx    context.Context // ends at Close; fetches run under it
 	cancel context.CancelFunc
@@ -136,9 +138,11 @@ func New(o Options) (*Verifier, error) {
 	opts := []jwt.ParserOption{jwt.WithLeeway(leeway), jwt.WithTimeFunc(v.now)}
 	if o.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(o.Issuer))
+		v.issuer = true
 	}
 	if o.Audience != "" {
 		opts = append(opts, jwt.WithAudience(o.Audience))
+		v.audience = true
 	}
 	v.claims = jwt.NewValidator(opts...)
 	v.ctx, v.cancel = context.WithCancel(context.Background())
@@ -277,6 +281,14 @@ func (v *Verifier) validate(c jwt.MapClaims) error {
 		if err != nil || math.Abs(f) > 1<<53 {
 			return errMalformed
 		}
+	}
+	// golang-jwt reports a missing iss or aud as a missing claim, not
+	// as a wrong one.
+	if _, ok := c["iss"]; !ok && v.issuer {
+		return errIssuer
+	}
+	if _, ok := c["aud"]; !ok && v.audience {
+		return errAudience
 	}
 	err := v.claims.Validate(c)
 	switch {
