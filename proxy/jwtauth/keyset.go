@@ -37,7 +37,7 @@ type key struct {
 type keySet struct {
 	seq   uint64 // which fetch built it: an older fetch never replaces it
 	keys  []key
-	byKID map[string][]int // indexes into keys
+	byKID map[string][]int // indexes into keys, by non-empty kid
 }
 
 // fits reports whether k may verify a token signed with alg.
@@ -66,8 +66,8 @@ func (k *key) fits(alg string) bool {
 	return false
 }
 
-// forKID returns the keys named kid that fit alg, and whether any key is
-// named kid at all.
+// forKID returns up to maxTried keys named kid that fit alg, and whether any
+// key is named kid at all.
 func (s *keySet) forKID(kid, alg string) (fit []any, known bool) {
 	if s == nil {
 		return nil, false
@@ -76,6 +76,9 @@ func (s *keySet) forKID(kid, alg string) (fit []any, known bool) {
 	for _, i := range idx {
 		if s.keys[i].fits(alg) {
 			fit = append(fit, s.keys[i].pub)
+			if len(fit) == maxTried {
+				break
+			}
 		}
 	}
 	return fit, known
@@ -141,7 +144,9 @@ func parseKeySet(data []byte) (set *keySet, skipped skips, err error) {
 			skipped.add("keys from %d on: more than %d keys", i, MaxKeys)
 			break
 		}
-		set.byKID[k.kid] = append(set.byKID[k.kid], len(set.keys))
+		if k.kid != "" {
+			set.byKID[k.kid] = append(set.byKID[k.kid], len(set.keys))
+		}
 		set.keys = append(set.keys, k)
 	}
 	if len(set.keys) == 0 {

@@ -357,3 +357,28 @@ func TestConcurrentVerifyDuringRefresh(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// An empty kid is no kid: the keys that fit are tried, nothing is fetched.
+func TestEmptyKID(t *testing.T) {
+	k := keys()
+	c := newClock()
+	srv := newJWKSServer(t, keySetJSON(t, jwk{kid: "a", pub: k.rsa.Public()}, jwk{pub: k.p256.Public()}))
+	v := newVerifier(t, jwtauth.Options{JWKS: srv.URL, Client: srv.Client(), Now: c.Now, Refresh: time.Hour})
+	for _, tc := range []struct {
+		m   jwt.SigningMethod
+		key any
+	}{{jwt.SigningMethodRS256, k.rsa}, {jwt.SigningMethodES256, k.p256}} {
+		tok := jwt.NewWithClaims(tc.m, jwt.MapClaims{"sub": "x"})
+		tok.Header["kid"] = ""
+		s, err := tok.SignedString(tc.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := verify(v, s); err != nil {
+			t.Fatalf("%s with kid \"\": %v", tc.m.Alg(), err)
+		}
+	}
+	if n := srv.fetches.Load(); n != 1 {
+		t.Fatalf("fetches = %d, want 1", n)
+	}
+}

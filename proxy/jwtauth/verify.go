@@ -203,7 +203,7 @@ func (v *Verifier) keyFor(ctx context.Context, t *jwt.Token) (any, error) {
 		return v.secret, nil // a kid on an HS* token names nothing of ours
 	}
 	raw, hasKID := t.Header["kid"]
-	if !hasKID {
+	if !hasKID || raw == "" {
 		keys := v.keys.Load().forAlg(alg)
 		if len(keys) == 0 {
 			return nil, errUnknownKey
