@@ -26,9 +26,10 @@
 //   - A token longer than [MaxTokenBytes] is refused unparsed; segments must
 //     be canonical unpadded base64url.
 //
-// The key set is fetched at start, then every Options.Refresh; a token naming
-// an unknown "kid" fetches it at once, at most once a minute for that reason
-// (start-up and periodic fetches do not count), and concurrent such tokens
-// share one fetch. A failed fetch keeps the last good set. Verify never
+// The key set (a URL fetched, a file read) is loaded at start, then every
+// Options.Refresh; a token naming an unknown "kid" loads it again at once, at
+// most once a minute for that reason (start-up and periodic fetches do not
+// count), concurrent such tokens sharing one fetch, and is then checked
+// against the new set. A failed fetch keeps the last good set. Verify never
 // panics, and its errors are short fixed reasons that never contain the token.
 package jwtauth

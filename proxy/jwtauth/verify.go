@@ -24,7 +24,7 @@ type Options struct {
 	Now      func() time.Time // clock of exp, nbf and the unknown-kid minute; time.Now when nil
 	Client   *http.Client     // fetches a JWKS URL; nil: a 10 s client on the system trust store
 	Logger   *slog.Logger     // nil: discard
-	OnFetch  func(ok bool)    // optional: told each key-set fetch's outcome (metrics)
+	OnFetch  func(ok bool)    // optional: told each key-set fetch's outcome (metrics); may be called from two goroutines at once
 }
 
 // DefaultRefresh is how often the key set is fetched when Options.Refresh is
@@ -84,12 +84,11 @@ type Verifier struct {
 	refetched   bool          // lastUnknown is set
 }
 
-var hmacAlgs = []string{"HS256", "HS384", "HS512"}
-var keySetAlgs = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
-
-// New builds a Verifier. A JWKS file that cannot be read or parsed is an
-// error; a JWKS URL that cannot be fetched at start is logged and retried by
-// the refresh loop.
+// New builds a Verifier and, with a key set, loads it and starts its refresh
+// loop (Close stops it). A JWKS file that cannot be read or parsed is an
+// error naming the file; a JWKS URL is fetched before New returns (at most
+// 10 s), and one that fails is logged and retried by the refresh loop, every
+// 30 s until a set is loaded (or Refresh, if shorter).
 func New(o Options) (*Verifier, error) {
 	if len(o.Secret) == 0 && o.JWKS == "" {
 		return nil, errors.New("jwtauth: neither a secret nor a key set to verify with")
@@ -113,7 +112,7 @@ func New(o Options) (*Verifier, error) {
 	var methods []string
 	if len(o.Secret) > 0 {
 		v.secret = append([]byte(nil), o.Secret...)
-		methods = append(methods, hmacAlgs...)
+		methods = append(methods, "HS256", "HS384", "HS512")
 		if len(v.secret) < 32 {
 			v.log.Warn("jwt secret is shorter than 32 bytes: HS256 needs at least 32 (RFC 7518 §3.2)", "bytes", len(v.secret))
 		}
@@ -124,7 +123,7 @@ func New(o Options) (*Verifier, error) {
 			return nil, err
 		}
 		v.src = src
-		methods = append(methods, keySetAlgs...)
+		methods = append(methods, "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
 	}
 	for _, m := range methods {
 		v.allowed[m] = true
@@ -176,6 +175,9 @@ func (v *Verifier) Close() {
 func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 	if len(token) > MaxTokenBytes {
 		return nil, errTooLong
+	}
+	if ctx == nil {
+		ctx = context.Background()
 	}
 	claims := jwt.MapClaims{}
 	tok, err := v.parser.ParseWithClaims(token, claims, func(t *jwt.Token) (any, error) {
