@@ -1,0 +1,11 @@
+package jwtauth
+
+// ParseKeySet exposes the key-set parser to the fuzz and bound tests: how
+// many keys it kept, how many it skipped.
+func ParseKeySet(data []byte) (kept, skipped int, err error) {
+	set, sk, err := parseKeySet(data)
+	if set != nil {
+		kept = len(set.keys)
+	}
+	return kept, sk.n, err
+}
