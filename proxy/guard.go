@@ -39,10 +39,15 @@ func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time, pol *policy, 
 	c := pol.identify(r, anthropicPath(x.apiPath))
 	if protected && pol.cfg.RequireAuth && !c.hasCred {
 		x.decision = decUnauthorized
-		p.log.Info("request denied", "rule", "require_auth", "key", "caller="+c.logged(), "path", r.URL.Path)
+		msg := "An API key is required: send Authorization: Bearer <key>, X-API-Key or api-key."
+		if c.refused != "" {
+			msg = "The bearer token is not a valid JWT: " + c.refused + "."
+			p.log.Info("request denied", "rule", "require_auth", "key", "caller="+c.logged(), "jwt", c.refused, "path", r.URL.Path)
+		} else {
+			p.log.Info("request denied", "rule", "require_auth", "key", "caller="+c.logged(), "path", r.URL.Path)
+		}
 		x.Header()["Www-Authenticate"] = []string{"Bearer"}
-		p.writeError(x, r, &apiError{status: http.StatusUnauthorized, code: codeUnauthorized,
-			message: "An API key is required: send Authorization: Bearer <key>, X-API-Key or api-key."})
+		p.writeError(x, r, &apiError{status: http.StatusUnauthorized, code: codeUnauthorized, message: msg})
 		return false
 	}
 	in := &x.keys

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/proxy/jwtauth"
 )
 
 // clientIPs finds the client address of a request under the trust model of
@@ -131,9 +133,14 @@ func parseForwardedHop(elem string) (netip.Addr, bool) {
 
 // caller is who a request is counted as.
 type caller struct {
-	value   string     // the caller key part's value: "key:<16 hex>" or "ip:<addr or v6 prefix>"
+	value   string     // the caller key part's value: "jwt:<subject>", "key:<16 hex>" or "ip:<addr or v6 prefix>"
 	ip      netip.Addr // the client address, when value is an IP
-	hasCred bool       // an API key was presented
+	hasCred bool       // an API key (or a verified JWT) was presented
+	key     string     // the credential's hash (16 hex digits): the api_key part
+	claims  jwtauth.Claims
+	// refused says why a JWT-shaped bearer did not verify (it is then no
+	// credential); "" otherwise.
+	refused string
 }
 
 // logged is the caller in its log form: the API key hash, or the IP
@@ -156,8 +163,14 @@ func (c caller) logged() string {
 // hash does.
 func (c *clientIPs) identify(r *http.Request, anthropic bool) caller {
 	if tok := apiKey(r, anthropic); tok != "" {
-		return caller{value: hashKey(tok), hasCred: true}
+		h := hashKey(tok)
+		return caller{value: h, hasCred: true, key: h[len("key:"):]}
 	}
+	return c.ipCaller(r)
+}
+
+// ipCaller is the caller counted by its client IP.
+func (c *clientIPs) ipCaller(r *http.Request) caller {
 	ip := c.clientIP(r)
 	if !ip.IsValid() {
 		return caller{value: "ip:unknown"}
@@ -221,17 +234,43 @@ func hashKey(tok string) string {
 	return string(b[:])
 }
 
-// identify builds the caller of r under the policy (SPEC §4.1).
+// identify builds the caller of r under the policy (SPEC §4.1): with JWT
+// verification configured, a credential shaped like a JWT must verify
+// (its subject is then the caller; without one, its hash), and one that
+// does not is no credential: the caller is the client IP.
 func (pol *policy) identify(r *http.Request, anthropic bool) caller {
+	if pol.jwt != nil {
+		if tok := apiKey(r, anthropic); tok != "" && jwtauth.Shaped(tok) {
+			claims, err := pol.jwt.Verify(r.Context(), tok)
+			if err != nil {
+				pol.jwtResults.refused.Inc()
+				c := pol.ips.ipCaller(r)
+				c.refused = err.Error()
+				return c
+			}
+			pol.jwtResults.verified.Inc()
+			h := hashKey(tok)
+			c := caller{value: h, hasCred: true, key: h[len("key:"):], claims: claims}
+			if sub, ok := claims.Subject(pol.cfg.JWTSubjectClaim); ok {
+				c.value = "jwt:" + boundedValue(sub)
+			}
+			return c
+		}
+	}
 	return pol.ips.identify(r, anthropic)
 }
 
 // planOf is the caller's plan (SPEC §7.4): the tier_from header's value,
-// "" when there is none.
+// or the verified JWT's claim; "" when there is none.
 func (pol *policy) planOf(r *http.Request, c *caller) string {
-	if pol.tierFrom != "" {
+	switch {
+	case pol.tierFrom != "":
 		if v := r.Header[pol.tierFrom]; len(v) > 0 {
 			return strings.TrimSpace(v[0])
+		}
+	case pol.tierClaim != "":
+		if v, ok := c.claims.Value(pol.tierClaim); ok {
+			return strings.TrimSpace(v)
 		}
 	}
 	return ""

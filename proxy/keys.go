@@ -110,7 +110,7 @@ func (in *keyInput) value(kp *keyPart) (string, bool) {
 		if !in.c.hasCred {
 			return "", false
 		}
-		v = strings.TrimPrefix(in.c.value, "key:")
+		v = in.c.key
 	case partIP:
 		v = in.pol.ips.ipValue(in.r)
 	case partMethod:
@@ -134,6 +134,8 @@ func (in *keyInput) value(kp *keyPart) (string, bool) {
 		if len(vs) > 0 {
 			v = vs[0]
 		}
+	case partJWT:
+		v, _ = in.c.claims.Value(kp.name)
 	case partJSON:
 		if in.fields != nil {
 			v = found(in.fields.JSON, in.values.JSON, kp.name)

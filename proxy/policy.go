@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
+	"github.com/ratelimit-proxy/ratelimit-proxy/proxy/jwtauth"
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
 )
 
@@ -32,9 +33,14 @@ type policy struct {
 	// ownPaths: some rule matches paths of its own (not PROTECTED_PATHS)
 	// or methods besides POST, so an unprotected request may still be
 	// limited.
-	ownPaths bool
-	tierFrom string // canonical header name of the caller's plan, "" none
-	prices   config.Prices
+	ownPaths  bool
+	tierFrom  string // canonical header name of the caller's plan, "" none
+	tierClaim string // or the verified JWT's claim naming it
+	// jwt verifies bearer tokens shaped like JWTs (SPEC §7.5); nil when
+	// no secret or key set is configured.
+	jwt        *jwtauth.Verifier
+	jwtResults *jwtMetrics
+	prices     config.Prices
 }
 
 // action is what a rule does past its limit (SPEC §7.1).
@@ -103,6 +109,7 @@ const (
 	partJSON
 	partXML
 	partForm
+	partJWT
 )
 
 // keyPart is one compiled key part.
@@ -123,6 +130,7 @@ func compilePolicy(c *config.Config, live *liveChanges, rm *ruleMetricSet) (*pol
 	if tf, ok := strings.CutPrefix(c.TierFrom, "header:"); ok {
 		pol.tierFrom = http.CanonicalHeaderKey(tf)
 	}
+	pol.tierClaim, _ = strings.CutPrefix(c.TierFrom, "jwt:")
 	var rules []config.Rule
 	if c.ChatRPMRule() {
 		rules = append(rules, config.Rule{Name: config.BuiltinRule, Methods: []string{http.MethodPost},
@@ -282,6 +290,8 @@ func (ru *rule) compilePart(part string) (keyPart, error) {
 	case "form":
 		kp.kind = partForm
 		field(&ru.fields.Form)
+	case "jwt":
+		kp.kind = partJWT
 	default:
 		return kp, fmt.Errorf("key part %q: %w", part, config.CheckKeyPart(part))
 	}

@@ -63,6 +63,9 @@ type Options struct {
 	Getenv func(string) (string, bool)
 	// LogLevel, when set, is changed by a reload that changes log_level.
 	LogLevel *slog.LevelVar
+	// JWKSClient fetches a JWT_JWKS URL (tests: a TLS server's client);
+	// nil: a client on the system trust store.
+	JWKSClient *http.Client
 }
 
 // Proxy is the guarded reverse proxy.
@@ -93,6 +96,9 @@ type Proxy struct {
 	getenv   func(string) (string, bool)
 	logLevel *slog.LevelVar
 	reloads  *reloadMetrics
+	jwtMx    *jwtMetrics
+	// jwksClient fetches a JWKS URL; nil: jwtauth's own (system trust store).
+	jwksClient *http.Client
 }
 
 // New validates what it is given and builds the proxy; a bad option fails
@@ -106,18 +112,19 @@ func New(o Options) (*Proxy, error) {
 	}
 	c := o.Config
 	p := &Proxy{
-		boot:      c,
-		store:     o.Store,
-		log:       o.Logger,
-		now:       o.Now,
-		tokens:    o.Tokenizer,
-		storeName: o.StoreName,
-		storeUp:   o.StoreUp,
-		gateOpts:  o.GateRedis,
-		forget:    o.Forget,
-		cfgPath:   o.ConfigPath,
-		getenv:    o.Getenv,
-		logLevel:  o.LogLevel,
+		boot:       c,
+		store:      o.Store,
+		log:        o.Logger,
+		now:        o.Now,
+		tokens:     o.Tokenizer,
+		storeName:  o.StoreName,
+		storeUp:    o.StoreUp,
+		gateOpts:   o.GateRedis,
+		forget:     o.Forget,
+		cfgPath:    o.ConfigPath,
+		getenv:     o.Getenv,
+		logLevel:   o.LogLevel,
+		jwksClient: o.JWKSClient,
 	}
 	if p.forget == nil {
 		p.forget = func(string, limits.Key) {}
@@ -143,6 +150,9 @@ func New(o Options) (*Proxy, error) {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	if p.reloads, err = newReloadMetrics(o.Registerer); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	if p.jwtMx, err = newJWTMetrics(o.Registerer); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	// Every group's metrics exist from the start, so that a reload that
@@ -270,8 +280,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x.route.requests[x.decision].Inc()
 }
 
-// Close stops the background work of the upstream groups.
-func (p *Proxy) Close() { p.policy.Load().groups.close() }
+// Close stops the background work of the upstream groups and of the JWT
+// key set's refresh.
+func (p *Proxy) Close() {
+	pol := p.policy.Load()
+	pol.groups.close()
+	if pol.jwt != nil {
+		pol.jwt.Close()
+	}
+}
 
 // route returns the PROTECTED_PATHS entry r falls under and the canonical
 // spelling of its path that matched; nil when the guards do not apply

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
+	"github.com/ratelimit-proxy/ratelimit-proxy/proxy/jwtauth"
 )
 
 // compile builds the policy of a validated configuration with the live
@@ -37,14 +38,65 @@ func (p *Proxy) compile(c *config.Config, live *liveChanges, prev *policy) (*pol
 		pol.ips.trusted = append(pol.ips.trusted, pre)
 	}
 	pol.routes = newRoutes(c.ProtectedPaths, p.metrics)
+	pol.jwtResults = p.jwtMx
+	if c.JWT() {
+		if prev != nil && prev.jwt != nil && sameJWT(prev.cfg, c) {
+			pol.jwt = prev.jwt
+		} else if pol.jwt, err = jwtauth.New(jwtauth.Options{Secret: []byte(c.JWTSecret), JWKS: c.JWTJWKS,
+			Refresh: c.JWTJWKSRefresh, Issuer: c.JWTIssuer, Audience: c.JWTAudience, Now: p.now,
+			Client: p.jwksClient, Logger: p.log, OnFetch: p.jwtMx.fetched}); err != nil {
+			return nil, fmt.Errorf("jwt_jwks: %w", err)
+		}
+	}
 	var old *groups
 	if prev != nil {
 		old = prev.groups
 	}
 	if pol.groups, err = newGroups(c, p.now, p.gateMx, p.gateOpts, old); err != nil {
+		if pol.jwt != nil && (prev == nil || pol.jwt != prev.jwt) {
+			pol.jwt.Close()
+		}
 		return nil, err
 	}
 	return pol, nil
+}
+
+// sameJWT reports whether two configurations verify tokens alike, so the
+// verifier (and its cached key set) can be kept.
+func sameJWT(a, b *config.Config) bool {
+	return a.JWTSecret == b.JWTSecret && a.JWTJWKS == b.JWTJWKS && a.JWTJWKSRefresh == b.JWTJWKSRefresh &&
+		a.JWTIssuer == b.JWTIssuer && a.JWTAudience == b.JWTAudience
+}
+
+// jwtMetrics count verifications and key-set fetches (SPEC §7.5).
+type jwtMetrics struct {
+	verified, refused prometheus.Counter
+	fetches           *prometheus.CounterVec
+}
+
+func newJWTMetrics(reg prometheus.Registerer) (*jwtMetrics, error) {
+	v := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratelimit_proxy_jwt_verifications_total",
+		Help: "Bearer tokens shaped like JWTs, by result: verified, or refused (then no credential: the caller is its IP).",
+	}, []string{"result"})
+	f := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratelimit_proxy_jwks_fetches_total",
+		Help: "Fetches of the JWT key set (JWT_JWKS: at start, on schedule, on an unknown kid), by result.",
+	}, []string{"result"})
+	for _, c := range []prometheus.Collector{v, f} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return &jwtMetrics{verified: v.WithLabelValues("verified"), refused: v.WithLabelValues("refused"), fetches: f}, nil
+}
+
+func (m *jwtMetrics) fetched(ok bool) {
+	if ok {
+		m.fetches.WithLabelValues("ok").Inc()
+	} else {
+		m.fetches.WithLabelValues("error").Inc()
+	}
 }
 
 // restartOnly are the settings a reload cannot change: the listeners, the
@@ -195,6 +247,11 @@ func (p *Proxy) swap(cur, pol *policy) []string {
 		p.forget(name, limits.Key{})
 	}
 	p.metrics.forgetRoutes(pol.cfg.ProtectedPaths)
+	if cur.jwt != nil && cur.jwt != pol.jwt {
+		// Requests that started under cur may still verify with it: it
+		// keeps working on its cached key set once closed.
+		cur.jwt.Close()
+	}
 	return append(changed, retireGroups(cur.groups, pol.groups)...)
 }
 
