@@ -1,0 +1,862 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/redistest"
+	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/mockapi"
+)
+
+// The operator's files in deploy/ (README "Dashboard and alerts"): the
+// Grafana dashboard's every query and the alert rules' every condition
+// are run against a real Prometheus scraping the real proxy, the rules'
+// unit tests run under promtool, and compose.yaml's mounts are checked
+// against the files they mount.
+const (
+	dashboardPath   = "../deploy/grafana/ratelimit-proxy.json"
+	alertsPath      = "../deploy/prometheus/alerts.yml"
+	alertsTestPath  = "../deploy/prometheus/alerts_test.yml"
+	promConfigPath  = "../deploy/prometheus.yml"
+	composePath     = "../compose.yaml"
+	deployScrapeJob = "ratelimit-proxy" // the job RatelimitProxyDown selects
+)
+
+// requireProm returns the path of a Prometheus program; missing, the test
+// is skipped, or fails with REQUIRE_PROMETHEUS=1 (as .ci/run sets).
+func requireProm(t *testing.T, name string) string {
+	t.Helper()
+	bin, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("REQUIRE_PROMETHEUS") == "1" {
+			t.Fatalf("%s not found and REQUIRE_PROMETHEUS=1", name)
+		}
+		t.Skipf("%s not installed (Debian package prometheus; set REQUIRE_PROMETHEUS=1 to make this a failure)", name)
+	}
+	return bin
+}
+
+// The rules load, and their unit tests pass; deploy/prometheus.yml (the
+// compose Prometheus's configuration) loads them by its relative path.
+func TestDeployPromtool(t *testing.T) {
+	promtool := requireProm(t, "promtool")
+	for _, args := range [][]string{
+		{"check", "rules", alertsPath},
+		{"test", "rules", alertsTestPath},
+		{"check", "config", promConfigPath},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err := exec.CommandContext(ctx, promtool, args...).CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// grafanaDashboard is the part of the dashboard JSON the tests read.
+type grafanaDashboard struct {
+	UID           string `json:"uid"`
+	SchemaVersion int    `json:"schemaVersion"`
+	Templating    struct {
+		List []struct {
+			Name       string          `json:"name"`
+			Type       string          `json:"type"`
+			Query      json.RawMessage `json:"query"`
+			Datasource json.RawMessage `json:"datasource"`
+		} `json:"list"`
+	} `json:"templating"`
+	Panels []grafanaPanel `json:"panels"`
+}
+
+type grafanaPanel struct {
+	ID         int    `json:"id"`
+	Type       string `json:"type"`
+	Title      string `json:"title"`
+	Datasource *struct {
+		Type string `json:"type"`
+		UID  string `json:"uid"`
+	} `json:"datasource"`
+	GridPos struct{ H, W, X, Y int } `json:"gridPos"`
+	Targets []struct {
+		RefID string `json:"refId"`
+		Expr  string `json:"expr"`
+	} `json:"targets"`
+	Panels []grafanaPanel `json:"panels"` // a collapsed row's
+}
+
+func loadDashboard(t *testing.T) grafanaDashboard {
+	t.Helper()
+	b, err := os.ReadFile(dashboardPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d grafanaDashboard
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("%s: %v", dashboardPath, err)
+	}
+	return d
+}
+
+// queryPanels are the dashboard's panels that run queries, rows' included.
+func (d grafanaDashboard) queryPanels() []grafanaPanel {
+	var out []grafanaPanel
+	var walk func([]grafanaPanel)
+	walk = func(ps []grafanaPanel) {
+		for _, p := range ps {
+			if p.Type == "row" {
+				walk(p.Panels)
+				continue
+			}
+			out = append(out, p)
+		}
+	}
+	walk(d.Panels)
+	return out
+}
+
+// variableQueries are the label_values(metric, label) queries of the
+// dashboard's query variables, keyed by variable name.
+func (d grafanaDashboard) variableQueries(t *testing.T) map[string][2]string {
+	t.Helper()
+	labelValues := regexp.MustCompile(`^label_values\((.+),\s*(\w+)\)$`)
+	out := map[string][2]string{}
+	for _, v := range d.Templating.List {
+		if v.Type != "query" {
+			continue
+		}
+		var q struct {
+			Query string `json:"query"`
+		}
+		if err := json.Unmarshal(v.Query, &q); err != nil {
+			if err := json.Unmarshal(v.Query, &q.Query); err != nil {
+				t.Fatalf("variable %s: query %s", v.Name, v.Query)
+			}
+		}
+		m := labelValues.FindStringSubmatch(q.Query)
+		if m == nil {
+			t.Fatalf("variable %s: query %q is not label_values(metric, label)", v.Name, q.Query)
+		}
+		out[v.Name] = [2]string{m[1], m[2]}
+	}
+	return out
+}
+
+// Every panel queries the ${datasource} variable's Prometheus, and every
+// selector of our families follows the job and instance variables.
+func TestDeployDashboardFile(t *testing.T) {
+	d := loadDashboard(t)
+	if d.UID == "" || d.SchemaVersion < 36 {
+		t.Errorf("uid %q, schemaVersion %d: want a uid and a schema of Grafana 10 or later", d.UID, d.SchemaVersion)
+	}
+	vars := map[string]string{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = v.Type
+	}
+	for name, typ := range map[string]string{"datasource": "datasource", "job": "query", "instance": "query"} {
+		if vars[name] != typ {
+			t.Errorf("template variable %q: type %q, want %q", name, vars[name], typ)
+		}
+	}
+	d.variableQueries(t)
+
+	selector := regexp.MustCompile(`\bratelimit_proxy_\w+(\{[^}]*\})?`)
+	ids := map[int]string{}
+	var all []grafanaPanel
+	all = append(all, d.Panels...)
+	for _, p := range d.Panels {
+		all = append(all, p.Panels...)
+	}
+	for _, p := range all {
+		if prev, ok := ids[p.ID]; ok {
+			t.Errorf("panels %q and %q share id %d", prev, p.Title, p.ID)
+		}
+		ids[p.ID] = p.Title
+		if g := p.GridPos; g.W <= 0 || g.H <= 0 || g.X < 0 || g.X+g.W > 24 {
+			t.Errorf("panel %q: gridPos %+v outside the 24 columns", p.Title, g)
+		}
+	}
+	for _, p := range d.queryPanels() {
+		if p.Datasource == nil || p.Datasource.UID != "${datasource}" {
+			t.Errorf("panel %q: datasource %+v, want uid ${datasource}", p.Title, p.Datasource)
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			for _, m := range selector.FindAllStringSubmatch(tg.Expr, -1) {
+				if !strings.Contains(m[1], `job=~"$job"`) || !strings.Contains(m[1], `instance=~"$instance"`) {
+					t.Errorf("panel %q, query %s: %s does not select $job and $instance", p.Title, tg.RefID, m[0])
+				}
+			}
+		}
+	}
+}
+
+// compose.yaml mounts files that exist, the Grafana provider reads the
+// directory the dashboard is mounted in, and the data source is the
+// compose Prometheus. (No YAML parser here: compose.yaml is checked by
+// the lines an operator would read.)
+func TestDeployComposeFiles(t *testing.T) {
+	compose := readText(t, composePath)
+	mount := regexp.MustCompile(`(?m)^\s*-\s*(\./[^:\s]+):([^:\s]+)(:ro)?\s*$`)
+	targets := map[string]string{}
+	for _, m := range mount.FindAllStringSubmatch(compose, -1) {
+		if _, err := os.Stat(filepath.Join("..", m[1])); err != nil {
+			t.Errorf("compose.yaml mounts %s, which does not exist: %v", m[1], err)
+		}
+		targets[m[1]] = m[2]
+	}
+	for _, src := range []string{"./deploy/prometheus.yml", "./deploy/prometheus",
+		"./deploy/grafana/provisioning/datasources", "./deploy/grafana/provisioning/dashboards",
+		"./deploy/grafana/ratelimit-proxy.json"} {
+		if targets[src] == "" {
+			t.Errorf("compose.yaml does not mount %s", src)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^\s*-\s*prometheus/alerts\.yml\s*$`).MatchString(readText(t, promConfigPath)) ||
+		targets["./deploy/prometheus"] != "/etc/prometheus/prometheus" {
+		t.Errorf("the compose Prometheus does not load the rules: deploy/prometheus.yml must name prometheus/alerts.yml and compose.yaml mount ./deploy/prometheus at /etc/prometheus/prometheus (got %q)", targets["./deploy/prometheus"])
+	}
+	provider := readText(t, "../deploy/grafana/provisioning/dashboards/dashboards.yaml")
+	m := regexp.MustCompile(`(?m)^\s*path:\s*(\S+)\s*$`).FindStringSubmatch(provider)
+	if m == nil || filepath.Dir(targets["./deploy/grafana/ratelimit-proxy.json"]) != m[1] {
+		t.Errorf("the dashboard provider reads %v, the dashboard is mounted at %q", m, targets["./deploy/grafana/ratelimit-proxy.json"])
+	}
+	ds := readText(t, "../deploy/grafana/provisioning/datasources/prometheus.yaml")
+	if !strings.Contains(ds, "url: http://prometheus:9090") || !strings.Contains(ds, "type: prometheus") {
+		t.Errorf("the data source is not the compose Prometheus:\n%s", ds)
+	}
+	for _, port := range regexp.MustCompile(`(?m)^\s*-\s*"([^"]+:\d+:\d+)"`).FindAllStringSubmatch(compose, -1) {
+		if !strings.HasPrefix(port[1], "127.0.0.1:") {
+			t.Errorf("compose.yaml publishes %s beyond loopback", port[1])
+		}
+	}
+	if !strings.Contains(compose, `"127.0.0.1:3000:3000"`) {
+		t.Error("compose.yaml does not publish Grafana on 127.0.0.1:3000")
+	}
+}
+
+func readText(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// deployConfig exercises the families the dashboard shows: request rules
+// that refuse (one of them shadow) and an upstream group that queues and
+// meets 429s on the chat path; token and money budgets settled to the
+// upstream's usage on the Anthropic path. (The budgets are kept off the
+// chat path: with a rule there that reads the body, a caller already over
+// chat-per-caller is refused before the body is read, and that refusal is
+// not counted in ratelimit_proxy_rule_decisions_total.)
+const deployConfig = `
+[[rule]]
+name   = "chat-per-caller"
+paths  = ["/v1/chat/completions"]
+key    = ["caller"]
+limit  = 5
+window = "1m"
+
+[[rule]]
+name   = "chat-global-shadow"
+paths  = ["/v1/chat/completions"]
+key    = ["global"]
+action = "shadow"
+limit  = 3
+window = "1m"
+
+[[rule]]
+name   = "tokens-per-caller"
+paths  = ["/v1/messages"]
+cost   = "total_tokens"
+limit  = 1000000
+window = "1h"
+
+[price."claude*"]
+input  = 3.00
+output = 15.00
+
+[[rule]]
+name   = "spend-per-caller"
+paths  = ["/v1/messages"]
+cost   = "usd"
+limit  = 100.00
+window = "24h"
+
+[[upstream_group]]
+name          = "chat"
+paths         = ["/v1/chat/completions"]
+max_in_flight = 2
+queue         = 100
+max_wait      = "10s"
+priority_from = "header:X-Priority"
+priorities    = ["interactive", "batch"]
+retries       = 2
+max_backoff   = "1s"
+rate          = 6000
+per           = "1m"
+adaptive      = { start = 0.8, increase = 0.1, every = "1m", decrease = 0.5, hold = "1m", ceiling = 1.0 }
+`
+
+// The dashboard's every query returns series from a Prometheus scraping a
+// proxy that served traffic; every alert rule evaluates without error on
+// series that exist, and the alerts this traffic and a flapping Redis
+// should raise are raised.
+func TestDeployAgainstPrometheus(t *testing.T) {
+	promBin := requireProm(t, "prometheus")
+	requireProm(t, "promtool")
+	// Every wait below is cut to what is left of one minute, so that a
+	// stuck step fails the test in time rather than hanging it.
+	start := time.Now()
+	deadline := start.Add(55 * time.Second)
+	left := func(d time.Duration) time.Duration { return max(min(d, time.Until(deadline)), 0) }
+	redis := redistest.Start(t)
+
+	// The upstream: the mock API, slow enough that the group queues, and
+	// every third chat answer a 429 with Retry-After.
+	mock := mockapi.NewWithOptions(mockapi.Options{})
+	var chats atomic.Int64
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" {
+			time.Sleep(100 * time.Millisecond)
+			if chats.Add(1)%3 == 0 {
+				w.Header().Set("Retry-After", "0.2")
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusTooManyRequests)
+				io.WriteString(w, `{"error":{"message":"slow down","type":"rate_limit_error","code":"rate_limit_exceeded"}}`)
+				return
+			}
+		}
+		mock.ServeHTTP(w, r)
+	})
+	cfg := filepath.Join(t.TempDir(), "deploy.toml")
+	if err := os.WriteFile(cfg, []byte(deployConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, up.URL, map[string]string{"REDIS_URL": redis.URL(), "REDIS_TIMEOUT": "500ms",
+		"FAIL_OPEN": "local"}, "-config", cfg)
+
+	// A second target nothing listens on: RatelimitProxyDown's case.
+	dead := strings.TrimPrefix(deadURL(t), "http://")
+	prom := startPrometheus(t, promBin, []string{p.admin, dead})
+	prom.waitFor(t, left(15*time.Second), fmt.Sprintf(`up{instance=%q} == 1`, p.admin), "the proxy scraped")
+	t.Logf("prometheus scraping at %v", time.Since(start).Round(100*time.Millisecond))
+
+	// Traffic: one caller far over its limit (denials, the refusal
+	// cache), then several callers at once (the group's queue, the
+	// upstream's 429s and the retries).
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	sent := 0
+	var codes sync.Map
+	count := func(res result) {
+		if res.err != nil {
+			t.Errorf("request: %v", res.err)
+			return
+		}
+		n, _ := codes.LoadOrStore(res.r.StatusCode, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+	}
+	for range 20 {
+		count(send(ctx, p, http.MethodPost, "/v1/chat/completions", nil, "Authorization", "Bearer deploy-over-limit"))
+		sent++
+	}
+	var wg sync.WaitGroup
+	for c := range 4 {
+		for i := range 3 {
+			wg.Add(1)
+			sent++
+			go func() {
+				defer wg.Done()
+				prio := []string{"interactive", "batch"}[(c+i)%2]
+				count(send(ctx, p, http.MethodPost, "/v1/chat/completions", nil,
+					"Authorization", fmt.Sprintf("Bearer deploy-caller-%d", c), "X-Priority", prio))
+			}()
+		}
+	}
+	messages := func() {
+		for i := range 3 {
+			wg.Add(1)
+			sent++
+			go func() {
+				defer wg.Done()
+				count(send(ctx, p, http.MethodPost, "/v1/messages", nil, "Authorization", fmt.Sprintf("Bearer deploy-caller-%d", i)))
+			}()
+		}
+	}
+	messages()
+	wg.Wait()
+	// The per-model series appear with their first settlement, which
+	// rate() cannot see: a second round once they are scraped moves them.
+	prom.waitFor(t, left(10*time.Second), fmt.Sprintf(`ratelimit_proxy_spend_usd_total{instance=%q}`, p.admin), "spend scraped")
+	messages()
+	wg.Wait()
+	t.Logf("traffic sent at %v", time.Since(start).Round(100*time.Millisecond))
+	codes.Range(func(k, v any) bool {
+		t.Logf("traffic: %d × %v", v.(*atomic.Int64).Load(), k)
+		return true
+	})
+
+	// Redis goes away and comes back three times, then stays away: the
+	// breaker flaps, then the store is down and decisions fall back to
+	// memory (FAIL_OPEN=local). Three failed decisions in a row open the
+	// breaker (on the budget rules' path, outside the upstream group; each
+	// from a new caller: a refusal remembered would not ask the store);
+	// the proxy's probe closes it.
+	storeUp := func(want float64) {
+		t.Helper()
+		if !waitFor(left(5*time.Second), func() bool {
+			if want == 0 {
+				count(send(ctx, p, http.MethodPost, "/v1/messages", nil,
+					"Authorization", fmt.Sprintf("Bearer deploy-flap-%d", sent)))
+				sent++
+			}
+			return sample(t, p, "ratelimit_proxy_store_up") == want
+		}) {
+			t.Fatalf("ratelimit_proxy_store_up never became %v", want)
+		}
+	}
+	for i := range 4 {
+		redis.Stop()
+		storeUp(0)
+		if i < 3 {
+			redis.Restart(t)
+			storeUp(1)
+		}
+	}
+	for range 4 {
+		count(send(ctx, p, http.MethodPost, "/v1/chat/completions", nil, "Authorization", "Bearer deploy-fallback"))
+		sent++
+	}
+	t.Logf("breaker flapped at %v", time.Since(start).Round(100*time.Millisecond))
+	prom.waitFor(t, left(10*time.Second), fmt.Sprintf(`sum(ratelimit_proxy_requests_total{instance=%q}) >= %d`, p.admin, sent),
+		"every request scraped")
+	prom.waitFor(t, left(10*time.Second), fmt.Sprintf(`ratelimit_proxy_store_up{instance=%q} == 0`, p.admin), "the store down scraped")
+
+	d := loadDashboard(t)
+	t.Run("every family is on the dashboard", func(t *testing.T) {
+		var exprs strings.Builder
+		for _, pn := range d.queryPanels() {
+			for _, tg := range pn.Targets {
+				exprs.WriteString(tg.Expr + "\n")
+			}
+		}
+		for _, fam := range scrapedFamilies(t, p) {
+			if !regexp.MustCompile(`\b` + fam + `(_bucket|_sum|_count)?\b`).MatchString(exprs.String()) {
+				t.Errorf("%s is exported but no panel shows it", fam)
+			}
+		}
+	})
+
+	t.Run("every panel query returns series", func(t *testing.T) {
+		vars := map[string]string{"__rate_interval": "1m", "__interval": "15s", "__range": "5m"}
+		for _, v := range d.Templating.List {
+			vars[v.Name] = ".*" // every variable at "All"
+		}
+		for name, lv := range d.variableQueries(t) {
+			q := fmt.Sprintf("count by (%s) (%s)", lv[1], substituteVars(t, lv[0], vars))
+			if res := prom.query(t, q); len(res) == 0 {
+				t.Errorf("variable %s: %s returns no series", name, q)
+			}
+		}
+		zero := []string{}
+		n := 0
+		for _, pn := range d.queryPanels() {
+			for _, tg := range pn.Targets {
+				n++
+				q := substituteVars(t, tg.Expr, vars)
+				res := prom.query(t, q)
+				if len(res) == 0 {
+					t.Errorf("panel %q, query %s returns no series:\n%s", pn.Title, tg.RefID, q)
+					continue
+				}
+				if !slices.ContainsFunc(res, func(s promSample) bool { v := s.value(); return v != 0 && v == v }) {
+					zero = append(zero, fmt.Sprintf("%s/%s", pn.Title, tg.RefID))
+				}
+			}
+		}
+		t.Logf("%d panel queries, %d of them with only zero or NaN values now: %s", n, len(zero), strings.Join(zero, "; "))
+	})
+
+	rules := prom.rules(t)
+	t.Run("every alert rule evaluates on existing series", func(t *testing.T) {
+		if len(rules) == 0 {
+			t.Fatal("Prometheus loaded no alert rule")
+		}
+		for _, r := range rules {
+			if r.Health != "ok" {
+				t.Errorf("%s: health %q: %s", r.Name, r.Health, r.LastError)
+			}
+			if r.Labels["severity"] == "" || r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
+				t.Errorf("%s: needs a severity label and summary and description annotations: %v %v", r.Name, r.Labels, r.Annotations)
+			}
+			for _, operand := range alertOperands(r.Query) {
+				if res := prom.query(t, operand); len(res) == 0 {
+					t.Errorf("%s: %s returns no series (condition: %s)", r.Name, operand, r.Query)
+				}
+			}
+		}
+	})
+
+	t.Run("the alerts this traffic should raise are raised", func(t *testing.T) {
+		want := []string{"RatelimitProxyDown", "RatelimitProxyStoreDown", "RatelimitProxyBreakerFlapping",
+			"RatelimitProxyHighDenialRate", "RatelimitProxyUsageNearLimit", "RatelimitProxyUpstreamThrottling"}
+		var states map[string]string
+		ok := waitFor(left(10*time.Second), func() bool {
+			states = map[string]string{}
+			for _, r := range prom.rules(t) {
+				states[r.Name] = r.State
+			}
+			for _, name := range want {
+				if states[name] != "pending" && states[name] != "firing" {
+					return false
+				}
+			}
+			return true
+		})
+		if !ok {
+			t.Errorf("want %v pending or firing; states: %v", want, states)
+		}
+		t.Logf("alert states: %v", states)
+	})
+	t.Logf("took %v", time.Since(start).Round(100*time.Millisecond))
+}
+
+// scrapedFamilies are the ratelimit_proxy_ families p exports now.
+func scrapedFamilies(t *testing.T, p *proc) []string {
+	t.Helper()
+	r := p.do(t, http.MethodGet, p.adminURL("/metrics"), nil)
+	wantStatus(t, r, http.StatusOK)
+	var out []string
+	for _, l := range strings.Split(string(r.body), "\n") {
+		if f := strings.Fields(l); len(f) >= 3 && f[0] == "#" && f[1] == "TYPE" && strings.HasPrefix(f[2], "ratelimit_proxy_") {
+			out = append(out, f[2])
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("no ratelimit_proxy_ family on /metrics")
+	}
+	return out
+}
+
+// substituteVars replaces Grafana's variables in a query: the interval
+// variables by fixed durations, template variables by vars.
+func substituteVars(t *testing.T, q string, vars map[string]string) string {
+	t.Helper()
+	re := regexp.MustCompile(`\$\{(\w+)(?::\w+)?\}|\$(\w+)`)
+	return re.ReplaceAllStringFunc(q, func(m string) string {
+		sub := re.FindStringSubmatch(m)
+		name := sub[1] + sub[2]
+		v, ok := vars[name]
+		if !ok {
+			t.Errorf("query %s: unknown variable $%s", q, name)
+		}
+		return v
+	})
+}
+
+// alertOperands are the operands of expr's top-level and/or/unless, each
+// without its comparison with a number: the series an alert's condition
+// is computed from, which must exist even while the alert is quiet.
+func alertOperands(expr string) []string {
+	var parts []string
+	depth, from := 0, 0
+	var quote byte
+	for i := 0; i < len(expr); i++ {
+		c := expr[i]
+		switch {
+		case quote != 0:
+			if c == '\\' {
+				i++
+			} else if c == quote {
+				quote = 0
+			}
+		case c == '"' || c == '\'' || c == '`':
+			quote = c
+		case c == '(' || c == '{' || c == '[':
+			depth++
+		case c == ')' || c == '}' || c == ']':
+			depth--
+		case depth == 0:
+			for _, op := range []string{"and", "or", "unless"} {
+				if wordAt(expr, i, op) {
+					parts = append(parts, expr[from:i])
+					from = i + len(op)
+					i = from - 1
+					break
+				}
+			}
+		}
+	}
+	parts = append(parts, expr[from:])
+	modifier := regexp.MustCompile(`^\s*(on|ignoring|group_left|group_right)\s*(\([^)]*\))?`)
+	for i, part := range parts {
+		for modifier.MatchString(part) {
+			part = modifier.ReplaceAllString(part, "")
+		}
+		parts[i] = strings.TrimSpace(withoutComparison(part))
+	}
+	return parts
+}
+
+func TestDeployAlertOperands(t *testing.T) {
+	for _, c := range []struct {
+		expr string
+		want []string
+	}{
+		{`up{job="ratelimit-proxy"} == 0`, []string{`up{job="ratelimit-proxy"}`}},
+		{`round(sum by (instance) (increase(x_total{to="down"}[10m]))) >= 3`, []string{`round(sum by (instance) (increase(x_total{to="down"}[10m])))`}},
+		{`(a - b) / c > 0.25 and c > 0.05`, []string{`(a - b) / c`, `c`}},
+		{`max by (rule) (ratio) > 0.9 and on (job, rule) sum by (job, rule) (rate(store_or_not[5m])) > 0`,
+			[]string{`max by (rule) (ratio)`, `sum by (job, rule) (rate(store_or_not[5m]))`}},
+		{`histogram_quantile(0.95, sum by (le) (rate(w_bucket{le=~"1|>2"}[5m]))) > 5`, []string{`histogram_quantile(0.95, sum by (le) (rate(w_bucket{le=~"1|>2"}[5m])))`}},
+		{`a unless b`, []string{`a`, `b`}},
+		{`a > b`, []string{`a > b`}}, // not a threshold: kept
+	} {
+		if got := alertOperands(c.expr); !slices.Equal(got, c.want) {
+			t.Errorf("alertOperands(%s) = %q, want %q", c.expr, got, c.want)
+		}
+	}
+}
+
+// withoutComparison is expr less a last top-level comparison with a number
+// ("x > 0.9" is "x").
+func withoutComparison(expr string) string {
+	depth, cut := 0, -1
+	var quote byte
+	for i := 0; i < len(expr); i++ {
+		c := expr[i]
+		switch {
+		case quote != 0:
+			if c == '\\' {
+				i++
+			} else if c == quote {
+				quote = 0
+			}
+		case c == '"' || c == '\'' || c == '`':
+			quote = c
+		case c == '(' || c == '{' || c == '[':
+			depth++
+		case c == ')' || c == '}' || c == ']':
+			depth--
+		case depth == 0 && strings.ContainsRune("=!<>", rune(c)):
+			rest := strings.TrimLeft(expr[i+1:], "=")
+			rest = strings.TrimPrefix(strings.TrimSpace(rest), "bool ")
+			if _, err := strconv.ParseFloat(strings.TrimSpace(rest), 64); err == nil {
+				cut = i
+			}
+			if i+1 < len(expr) && expr[i+1] == '=' {
+				i++
+			}
+		}
+	}
+	if cut < 0 {
+		return expr
+	}
+	return expr[:cut]
+}
+
+func wordAt(s string, i int, w string) bool {
+	if !strings.HasPrefix(s[i:], w) {
+		return false
+	}
+	ident := func(c byte) bool {
+		return c == '_' || c == ':' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+	}
+	return (i == 0 || !ident(s[i-1])) && (i+len(w) == len(s) || !ident(s[i+len(w)]))
+}
+
+// promServer is a prometheus process the test started.
+type promServer struct {
+	url    string
+	client *http.Client
+}
+
+// startPrometheus runs prometheus on a free loopback port, scraping
+// targets every second as job deployScrapeJob and evaluating the alert
+// rules every second; t.Cleanup stops it by its PID.
+func startPrometheus(t *testing.T, bin string, targets []string) *promServer {
+	t.Helper()
+	dir := t.TempDir()
+	rules, err := filepath.Abs(alertsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quoted := make([]string, len(targets))
+	for i, tg := range targets {
+		quoted[i] = strconv.Quote(tg)
+	}
+	conf := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+rule_files:
+  - %q
+scrape_configs:
+  - job_name: %s
+    static_configs:
+      - targets: [%s]
+`, rules, deployScrapeJob, strings.Join(quoted, ", "))
+	confPath := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--config.file="+confPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr, "--log.level=warn")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = deployProcAttr()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting prometheus: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("prometheus log:\n%s", b)
+		}
+	})
+	s := &promServer{url: "http://" + addr, client: &http.Client{Timeout: 5 * time.Second}}
+	if !waitFor(15*time.Second, func() bool {
+		r, err := s.client.Get(s.url + "/-/ready")
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		return r.StatusCode == http.StatusOK
+	}) {
+		b, _ := os.ReadFile(logf.Name())
+		t.Fatalf("prometheus on %s not ready within 15 s\n%s", addr, b)
+	}
+	return s
+}
+
+// promSample is one series of an instant query's answer.
+type promSample struct {
+	Metric map[string]string `json:"metric"`
+	Value  [2]any            `json:"value"`
+}
+
+func (s promSample) value() float64 {
+	v, _ := s.Value[1].(string)
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return 0
+	}
+	return f
+}
+
+func (s *promServer) get(t *testing.T, path string, into any) {
+	t.Helper()
+	r, err := s.client.Get(s.url + path)
+	if err != nil {
+		t.Fatalf("prometheus %s: %v", path, err)
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	var env struct {
+		Status string          `json:"status"`
+		Error  string          `json:"error"`
+		Data   json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(b, &env); err != nil || env.Status != "success" {
+		t.Fatalf("prometheus %s: %d %s", path, r.StatusCode, bytes.TrimSpace(b))
+	}
+	if err := json.Unmarshal(env.Data, into); err != nil {
+		t.Fatalf("prometheus %s: %v\n%s", path, err, env.Data)
+	}
+}
+
+// query runs an instant query now; a query Prometheus refuses fails the
+// test.
+func (s *promServer) query(t *testing.T, q string) []promSample {
+	t.Helper()
+	var data struct {
+		ResultType string          `json:"resultType"`
+		Result     json.RawMessage `json:"result"`
+	}
+	s.get(t, "/api/v1/query?query="+url.QueryEscape(q), &data)
+	if data.ResultType != "vector" {
+		t.Fatalf("%s: result type %q, want a vector", q, data.ResultType)
+	}
+	var out []promSample
+	if err := json.Unmarshal(data.Result, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// waitFor waits until q returns a series.
+func (s *promServer) waitFor(t *testing.T, d time.Duration, q, what string) {
+	t.Helper()
+	if !waitFor(d, func() bool { return len(s.query(t, q)) > 0 }) {
+		t.Fatalf("%s: %s returned nothing within %v", what, q, d)
+	}
+}
+
+// promRule is an alerting rule as /api/v1/rules reports it.
+type promRule struct {
+	Name        string            `json:"name"`
+	Query       string            `json:"query"`
+	State       string            `json:"state"`
+	Health      string            `json:"health"`
+	LastError   string            `json:"lastError"`
+	Type        string            `json:"type"`
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations"`
+}
+
+func (s *promServer) rules(t *testing.T) []promRule {
+	t.Helper()
+	var data struct {
+		Groups []struct {
+			Rules []promRule `json:"rules"`
+		} `json:"groups"`
+	}
+	s.get(t, "/api/v1/rules?type=alert", &data)
+	var out []promRule
+	for _, g := range data.Groups {
+		out = append(out, g.Rules...)
+	}
+	return out
+}
