@@ -90,6 +90,7 @@ func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time, pol *policy, 
 				return false
 			}
 		case !ok && !p.holdable(x, 0):
+			p.observeRules(x, in, r) // the rules decided: counted as a decision would be
 			p.refuse(x, r, in)
 			return false
 		}

@@ -321,6 +321,10 @@ limit = 10
 	if w.Code != 429 || read.Load() || body429(t, w).DeniedBy != "per-caller" {
 		t.Fatalf("second: %d read=%v %s", w.Code, read.Load(), w.Body)
 	}
+	// Refused before the body: still a refusal of the rule in its metrics.
+	if got := metric(t, f, "ratelimit_proxy_rule_decisions_total", map[string]string{"rule": "per-caller", "result": "rate_limited"}); got != 1 {
+		t.Fatalf("refusal before the body counted %v times", got)
+	}
 	// per-user was not charged by the refused request: 9 more for user a
 	// from other callers.
 	for i := range 9 {
