@@ -88,6 +88,8 @@ func newJWTMetrics(reg prometheus.Registerer) (*jwtMetrics, error) {
 			return nil, err
 		}
 	}
+	f.WithLabelValues("ok") // both series exist from the start, so rate() sees the first
+	f.WithLabelValues("error")
 	return &jwtMetrics{verified: v.WithLabelValues("verified"), refused: v.WithLabelValues("refused"), fetches: f}, nil
 }
 
