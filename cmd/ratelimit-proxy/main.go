@@ -152,6 +152,10 @@ func serve(cfg config.Config, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	memory := limits.NewMemory(limits.MemoryOptions{MaxKeys: int(cfg.MaxTrackedKeys)})
+	st, err := openStateFile(cfg, memory, reg, log)
+	if err != nil {
+		return err
+	}
 	opts := proxy.Options{Config: cfg, Store: memory, Logger: log, Registerer: reg, Stats: memory.Stats, Tokenizer: tk}
 	if cfg.RedisURL != "" {
 		shared, err := newRedisStore(cfg, reg, log, memory)
@@ -187,6 +191,7 @@ func serve(cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	go sweep(ctx, memory, remember, log)
+	go st.run(ctx)
 
 	<-ctx.Done()
 	log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout)
@@ -197,6 +202,7 @@ func serve(cfg config.Config, log *slog.Logger) error {
 		log.Warn("drain timed out; closing remaining connections", "err", err)
 		public.Close()
 	}
+	st.save()
 	log.Info("stopped")
 	return nil
 }
