@@ -158,3 +158,59 @@ func checkLoad(t *testing.T, b []byte, now time.Time) {
 		t.Fatalf("saving what was loaded: %d saved, reloaded %+v, %v", n, st2, err)
 	}
 }
+
+// A save lets go of a shard's lock every copyBatch units of work while it
+// ranges over the shard's map; counters added, restarted and dropped
+// meanwhile (run with -race) leave every save whole and loadable.
+func TestSaveYieldsWhileServing(t *testing.T) {
+	ctx := context.Background()
+	m := NewMemory(MemoryOptions{})
+	full := &Rule{Name: "full", Algorithm: SlidingWindow, Limit: 1000, Window: time.Hour}
+	for k := range 300 { // 1000 slots each: a shard holds several batches of work
+		key := KeyOf("caller", fmt.Sprint("full-", k))
+		e := &entry{w: window{span: int64(full.Window)}}
+		for i := range 1000 {
+			e.w.add(stateT0.Add(time.Duration(i)*time.Millisecond).UnixNano(), 1, full.Limit)
+		}
+		s := &m.shards[m.shardOf(full.Name, key.s)]
+		e.gen = s.nextGen()
+		s.m[stateKey{rule: full.Name, key: key.s}] = e
+		m.keys.Add(1)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		churn := &Rule{Name: "churn", Algorithm: SlidingWindow, Limit: 5, Window: time.Hour}
+		out := make([]Decision, 1)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			k := KeyOf("caller", fmt.Sprint("churn-", i%5000))
+			m.Decide(ctx, []Hit{{Rule: churn, Key: k, Cost: 1}}, stateT0.Add(time.Second), out)
+			if i%3 == 0 {
+				m.Reset(ctx, full, KeyOf("caller", fmt.Sprint("full-", i%300)))
+			}
+			if i%5 == 0 { // restarts a counter: its rule's window changed
+				changed := &Rule{Name: "full", Algorithm: SlidingWindow, Limit: 1000, Window: 2 * time.Hour}
+				m.Decide(ctx, []Hit{{Rule: changed, Key: KeyOf("caller", fmt.Sprint("full-", (i+1)%300)), Cost: 1}}, stateT0.Add(time.Second), out)
+			}
+		}
+	}()
+	for range 10 {
+		var buf bytes.Buffer
+		n, err := m.WriteState(&buf, stateT0.Add(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := NewMemory(MemoryOptions{}).ReadState(&buf, stateT0.Add(2*time.Second))
+		if err != nil || st.Loaded != n {
+			t.Fatalf("save of %d counters loads %+v, %v", n, st, err)
+		}
+	}
+	close(stop)
+	<-done
+}
