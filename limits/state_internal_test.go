@@ -55,6 +55,28 @@ func (f *failAfter) Write(p []byte) (int, error) {
 	return f.w.Write(p)
 }
 
+// A file saved by the first format version still loads: 12 counters (4
+// windows of 3 admissions, 4 of grouped slots, 4 buckets) saved at 5 s.
+func TestStateFormatV1(t *testing.T) {
+	b, err := os.ReadFile("testdata/state-v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMemory(MemoryOptions{})
+	st, err := m.ReadState(bytes.NewReader(b), stateT0.Add(5*time.Second))
+	if err != nil || st.Loaded != 12 || !st.SavedAt.Equal(stateT0.Add(5*time.Second)) {
+		t.Fatalf("testdata/state-v1: %+v, %v; want 12 counters saved at 5 s", st, err)
+	}
+	var again bytes.Buffer
+	if _, err := m.WriteState(&again, stateT0.Add(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	l := NewMemory(MemoryOptions{})
+	if st, err := l.ReadState(&again, stateT0.Add(5*time.Second)); err != nil || st.Loaded != 12 {
+		t.Fatalf("saved again: %+v, %v", st, err)
+	}
+}
+
 // A save that fails midway leaves the previous file as it was and no
 // temporary file.
 func TestSaveStateFileWriteFails(t *testing.T) {
@@ -96,6 +118,11 @@ func FuzzLoadState(f *testing.F) {
 	}
 	body := buf.Bytes()[:buf.Len()-sha256.Size]
 	f.Add(body)
+	v1, err := os.ReadFile("testdata/state-v1")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(v1[:len(v1)-sha256.Size])
 	f.Add(buf.Bytes())
 	f.Add(body[:len(body)/2])
 	f.Add(body[:len(stateMagic)+2])
