@@ -1,6 +1,7 @@
 package limits_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -77,4 +78,29 @@ func ExampleMemory_Settle() {
 	// reserved 4000: remaining=6000
 	// reserved 8000: remaining=800
 	// overrun of 1500: allowed=false retry_after=55s
+}
+
+// A store's counters written before a restart and read back after it: the
+// caller has what it had left, and what expired meanwhile is dropped.
+func ExampleMemory_WriteState() {
+	chat := &limits.Rule{Name: "chat_rpm", Algorithm: limits.SlidingWindow, Limit: 5, Window: time.Minute}
+	hits := []limits.Hit{{Rule: chat, Key: limits.KeyOf("caller", "key:3f2a"), Cost: 1}}
+	out := make([]limits.Decision, 1)
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+	before := limits.NewMemory(limits.MemoryOptions{})
+	for range 3 {
+		before.Decide(context.Background(), hits, start, out)
+	}
+	var file bytes.Buffer // SaveStateFile and LoadStateFile do this with a file, atomically
+	n, _ := before.WriteState(&file, start)
+	fmt.Printf("saved %d counter\n", n)
+
+	after := limits.NewMemory(limits.MemoryOptions{})
+	st, _ := after.ReadState(&file, start.Add(10*time.Second))
+	ok, _ := after.Decide(context.Background(), hits, start.Add(10*time.Second), out)
+	fmt.Printf("loaded %d: allowed=%v remaining=%d\n", st.Loaded, ok, out[0].Remaining)
+	// Output:
+	// saved 1 counter
+	// loaded 1: allowed=true remaining=1
 }

@@ -157,6 +157,10 @@ func serve(cfg config.Config, cfgPath string, level *slog.LevelVar, log *slog.Lo
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	memory := limits.NewMemory(limits.MemoryOptions{MaxKeys: int(cfg.MaxTrackedKeys)})
+	st, err := openStateFile(cfg, memory, reg, log)
+	if err != nil {
+		return err
+	}
 	opts := proxy.Options{Config: cfg, Store: memory, Logger: log, Registerer: reg, Stats: memory.Stats, Tokenizer: tk,
 		ConfigPath: cfgPath, LogLevel: level}
 	if cfg.RedisURL != "" {
@@ -203,6 +207,7 @@ func serve(cfg config.Config, cfgPath string, level *slog.LevelVar, log *slog.Lo
 	}
 	go sweep(ctx, memory, remember, log)
 	go reloadOnHangup(ctx, p)
+	go st.run(ctx)
 
 	<-ctx.Done()
 	log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout)
@@ -213,6 +218,7 @@ func serve(cfg config.Config, cfgPath string, level *slog.LevelVar, log *slog.Lo
 		log.Warn("drain timed out; closing remaining connections", "err", err)
 		public.Close()
 	}
+	st.save()
 	log.Info("stopped")
 	return nil
 }
