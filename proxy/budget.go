@@ -53,11 +53,13 @@ func (c costKind) unit() costKind {
 }
 
 // The body fields a total_tokens rule reads besides its key parts: the
-// output the request asks for (§8), how many choices, and whether it
-// streams with usage. They are decided members: a body that repeats one
-// is refused (SPEC §4.6).
+// output the request asks for (§8), how many choices, whether it streams
+// with usage, and whether the Responses API runs it in the background
+// (its output is fetched later, past the proxy). They are decided
+// members: a body that repeats one is refused (SPEC §4.6).
 var (
-	outputJSON = []string{"max_tokens", "max_completion_tokens", "max_output_tokens", "n", "stream", "stream_options.include_usage"}
+	outputJSON = []string{"max_tokens", "max_completion_tokens", "max_output_tokens", "n", "stream", "stream_options.include_usage",
+		"background"}
 	outputForm = []string{"max_tokens", "max_completion_tokens", "max_output_tokens", "n", "stream"}
 )
 
@@ -233,6 +235,12 @@ func (p *Proxy) admitted(x *exchange, r *http.Request, in *keyInput) {
 	if x.est.Batch > 0 {
 		// A batch's answer is an array with no usage of its own: its
 		// reservation (every member's output) is its charge.
+		b.settle = false
+	}
+	if truthy(in.bodyField("background")) {
+		// A background response answers "queued" at once, with no usage;
+		// its output is generated later and fetched past the proxy: the
+		// reservation (input and requested output) is its charge.
 		b.settle = false
 	}
 	// The usage is read from the bytes as they pass: they must not be
