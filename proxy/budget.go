@@ -55,11 +55,12 @@ func (c costKind) unit() costKind {
 // The body fields a total_tokens rule reads besides its key parts: the
 // output the request asks for (§8), how many choices, whether it streams
 // with usage, and whether the Responses API runs it in the background
-// (its output is fetched later, past the proxy). They are decided
+// (its output is fetched later, past the proxy), and the members that
+// refer to input the provider holds (hiddenInput). They are decided
 // members: a body that repeats one is refused (SPEC §4.6).
 var (
 	outputJSON = []string{"max_tokens", "max_completion_tokens", "max_output_tokens", "n", "stream", "stream_options.include_usage",
-		"background"}
+		"background", "previous_response_id", "conversation", "conversation.id", "prompt.id"}
 	outputForm = []string{"max_tokens", "max_completion_tokens", "max_output_tokens", "n", "stream"}
 )
 
@@ -98,6 +99,19 @@ func (p *Proxy) meteredCost(x *exchange, r *http.Request, in *keyInput, pol *pol
 		h.Cost = 0
 	}
 	return true
+}
+
+// hiddenInput names the member of a Responses API request that refers to
+// input held by the provider (a previous response, a conversation, a
+// stored prompt), which the estimate cannot count; "" when there is none.
+func hiddenInput(in *keyInput) string {
+	for _, name := range [...]string{"previous_response_id", "conversation", "conversation.id", "prompt.id"} {
+		if in.bodyField(name) != "" {
+			name, _, _ = strings.Cut(name, ".")
+			return name
+		}
+	}
+	return ""
 }
 
 // tokenCost is the cost of a token rule's hit: the input estimate, plus

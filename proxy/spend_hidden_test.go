@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -42,5 +43,66 @@ func TestSpendBackgroundKeepsReservation(t *testing.T) {
 			json.Unmarshal(w.Body.Bytes(), &m)
 			t.Fatalf("foreground %d: %d %v", i, w.Code, m)
 		}
+	}
+}
+
+// Input the provider holds (a previous response, a conversation, a stored
+// prompt) cannot be reserved: a usd or total_tokens rule refuses it, and
+// without such a rule it passes.
+func TestSpendHiddenInputRefused(t *testing.T) {
+	_, url := newLLM(t)
+	f := newFixture(t, budgetRules(t, url, spendDollar+`
+[[rule]]
+name   = "tpm"
+key    = ["api_key"]
+cost   = "total_tokens"
+limit  = 100000
+window = "1m"
+paths  = ["/v1/chat/completions"]
+`)...)
+	for _, extra := range []string{`"previous_response_id":"resp_1"`, `"conversation":"conv_1"`, `"conversation":{"id":"conv_1"}`,
+		`"prompt":{"id":"pmpt_1","version":"2"}`} {
+		body := `{"model":"gpt-4o","input":"and then?","max_output_tokens":100,` + extra + `}`
+		before := f.upstream.Load()
+		w := f.send("/v1/responses", "203.0.113.7:1", "application/json", body, "Authorization", "Bearer kh")
+		var m map[string]any
+		json.Unmarshal(w.Body.Bytes(), &m)
+		if w.Code != 400 || m["error"].(map[string]any)["code"] != "invalid_request" || f.upstream.Load() != before ||
+			!strings.Contains(m["error"].(map[string]any)["message"].(string), "refers to input held by the provider") {
+			t.Fatalf("%s: %d %v", extra, w.Code, m)
+		}
+	}
+	// A plain request, and a completions prompt string, pass.
+	for path, body := range map[string]string{
+		"/v1/responses":   `{"model":"gpt-4o","input":"hi","max_output_tokens":100}`,
+		"/v1/completions": `{"model":"gpt-4o","prompt":"hi","max_tokens":100}`,
+	} {
+		if w := f.send(path, "203.0.113.7:1", "application/json", body, "Authorization", "Bearer kh"); w.Code != 200 {
+			t.Fatalf("%s: %d %s", path, w.Code, w.Body)
+		}
+	}
+}
+
+// Without a settling budget, a request that refers to provider-held input
+// passes.
+func TestSpendHiddenInputWithoutBudget(t *testing.T) {
+	_, url := newLLM(t)
+	f := newFixture(t, budgetRules(t, url, `
+[[rule]]
+name   = "rpm"
+key    = ["api_key"]
+limit  = 10
+window = "1m"
+
+[[rule]]
+name   = "itpm"
+key    = ["api_key"]
+cost   = "input_tokens"
+limit  = 100000
+window = "1m"
+`)...)
+	body := `{"model":"gpt-4o","input":"and then?","previous_response_id":"resp_1","prompt":{"id":"pmpt_1"}}`
+	if w := f.send("/v1/responses", "203.0.113.7:1", "application/json", body, "Authorization", "Bearer kh"); w.Code != 200 {
+		t.Fatalf("%d %s", w.Code, w.Body)
 	}
 }
