@@ -80,13 +80,15 @@ type budget struct {
 	model   string
 }
 
-// meteredCost sets the cost of a token or money rule's hit; false when it
-// answered (400 unpriced_model).
-func (p *Proxy) meteredCost(x *exchange, r *http.Request, in *keyInput, pol *policy, ru *rule, h *limits.Hit) bool {
+// meteredCost sets the cost of a token or money rule's hit. include is
+// false when the rule is left out of the batch (a shadow rule that would
+// refuse before deciding); ok is false when it answered (400
+// unpriced_model).
+func (p *Proxy) meteredCost(x *exchange, r *http.Request, in *keyInput, pol *policy, ru *rule, h *limits.Hit) (include, ok bool) {
 	if ru.cost == costUSD {
-		c, ok := p.usdCost(x, r, in, ru, pol)
-		if !ok {
-			return false
+		c, priced, ok := p.usdCost(x, r, in, ru, pol)
+		if !priced || !ok {
+			return false, ok
 		}
 		h.Cost = c
 	} else {
@@ -98,7 +100,7 @@ func (p *Proxy) meteredCost(x *exchange, r *http.Request, in *keyInput, pol *pol
 		// shows its state.
 		h.Cost = 0
 	}
-	return true
+	return true, true
 }
 
 // hiddenInput names the member of a Responses API request that refers to

@@ -146,6 +146,15 @@ func (p *Proxy) addHit(x *exchange, r *http.Request, in *keyInput, pol *policy, 
 		return false
 	}
 	h := limits.Hit{Rule: ru.lim, Key: key, Cost: 1}
+	if eff, own := ru.effective(in.plan, key); own {
+		if eff.unlimited {
+			return true // before pricing: an unlimited key is never refused for it (hidden input, unpriced model)
+		}
+		h.Own, h.Limit, h.Burst = true, eff.limit, eff.limit
+		if ru.burstSet {
+			h.Burst = ru.lim.Burst
+		}
+	}
 	if ru.cost.settles() {
 		if name := hiddenInput(in); name != "" {
 			// Input the proxy cannot see cannot be reserved: the budget
@@ -161,16 +170,10 @@ func (p *Proxy) addHit(x *exchange, r *http.Request, in *keyInput, pol *policy, 
 			return false
 		}
 	}
-	if ru.cost.metered() && !p.meteredCost(x, r, in, pol, ru, &h) {
-		return false
-	}
-	if eff, own := ru.effective(in.plan, key); own {
-		if eff.unlimited {
-			return true
-		}
-		h.Own, h.Limit, h.Burst = true, eff.limit, eff.limit
-		if ru.burstSet {
-			h.Burst = ru.lim.Burst
+	if ru.cost.metered() {
+		include, ok := p.meteredCost(x, r, in, pol, ru, &h)
+		if !ok || !include {
+			return ok
 		}
 	}
 	x.hits = append(x.hits, h)

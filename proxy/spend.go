@@ -90,23 +90,28 @@ func settleUSD(p *config.Price, estimate int64, res usage.Result) int64 {
 	return s.micro()
 }
 
-// usdCost is a usd rule's cost for the request, or, for a model no price
-// matches, a 400 unpriced_model answered (false): an unknown price never
-// lets spend through.
-func (p *Proxy) usdCost(x *exchange, r *http.Request, in *keyInput, ru *rule, pol *policy) (int64, bool) {
-	price, ok := pol.prices.Match(in.model)
-	if !ok {
+// usdCost is a usd rule's cost for the request (priced). For a model no
+// price matches an enforcing rule answers 400 unpriced_model (ok false):
+// an unknown price never lets spend through; a shadow rule never refuses,
+// so it logs and counts a would-be refusal and is left out (priced false).
+func (p *Proxy) usdCost(x *exchange, r *http.Request, in *keyInput, ru *rule, pol *policy) (cost int64, priced, ok bool) {
+	price, found := pol.prices.Match(in.model)
+	if !found && ru.action == actShadow {
+		p.shadowWouldRefuse(in, r, ru, codeUnpricedModel)
+		return 0, false, true
+	}
+	if !found {
 		ru.metrics.refused.Inc()
 		x.decision = decInvalid
 		p.log.Info("request denied", "rule", ru.lim.Name, "reason", codeUnpricedModel, "path", r.URL.Path)
 		p.writeError(x, r, &apiError{status: http.StatusBadRequest, code: codeUnpricedModel,
 			message: "No price is configured for this model, so rule " + ru.lim.Name + " cannot charge it.",
 			fields:  []field{{"model", in.model}, {"denied_by", ru.lim.Name}}})
-		return 0, false
+		return 0, false, false
 	}
 	x.budget.price = price
 	out := requestedOutput(in, x.pol.cfg.OutputTokenReserve, int64(x.est.Batch))
-	return reserveUSD(price, int64(x.est.Tokens), out), true
+	return reserveUSD(price, int64(x.est.Tokens), out), true, true
 }
 
 // dollars is an amount of micro-dollars as a JSON number of dollars.

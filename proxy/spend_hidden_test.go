@@ -106,3 +106,48 @@ window = "1m"
 		t.Fatalf("%d %s", w.Code, w.Body)
 	}
 }
+
+// A shadow usd rule never refuses: an unpriced model is a would-be
+// refusal, counted, and the request passes. A key whose tier is unlimited
+// is never priced.
+func TestSpendShadowAndUnlimitedUnpriced(t *testing.T) {
+	_, url := newLLM(t)
+	f := newFixture(t, budgetRules(t, url, `
+tier_from = "header:X-Plan"
+
+[price."gpt-4o*"]
+input  = 2.50
+output = 10.00
+
+[[rule]]
+name   = "spend-shadow"
+key    = ["api_key"]
+cost   = "usd"
+limit  = 1.00
+window = "24h"
+action = "shadow"
+
+[[rule]]
+name   = "spend-tiered"
+key    = ["api_key"]
+cost   = "usd"
+limit  = 1.00
+window = "24h"
+tiers  = { enterprise = "unlimited" }
+`)...)
+	body := `{"model":"llama-3","messages":[{"role":"user","content":"hi"}],"max_tokens":10}`
+	w := f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", body, "Authorization", "Bearer ks", "X-Plan", "enterprise")
+	if w.Code != 200 {
+		t.Fatalf("unlimited tier, shadow rule: %d %s", w.Code, w.Body)
+	}
+	if got := metric(t, f, "ratelimit_proxy_shadow_denials_total", map[string]string{"rule": "spend-shadow"}); got != 1 {
+		t.Fatalf("shadow denials %v, want 1", got)
+	}
+	// The enforcing rule still refuses an unpriced model for other keys.
+	w = f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", body, "Authorization", "Bearer ks")
+	var m map[string]any
+	json.Unmarshal(w.Body.Bytes(), &m)
+	if w.Code != 400 || m["denied_by"] != "spend-tiered" {
+		t.Fatalf("limited tier: %d %v", w.Code, m)
+	}
+}
