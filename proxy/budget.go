@@ -246,7 +246,10 @@ func (p *Proxy) admitted(x *exchange, r *http.Request, in *keyInput) {
 	if !b.scan {
 		return
 	}
-	b.input, b.model = int64(x.est.Tokens), in.model
+	b.input = int64(x.est.Tokens)
+	if b.price == nil { // a usd rule set the model it priced (a batch's members')
+		b.model = in.model
+	}
 	b.stream = truthy(in.bodyField("stream"))
 	if x.est.Batch > 0 {
 		// A batch's answer is an array with no usage of its own: its

@@ -95,7 +95,13 @@ func settleUSD(p *config.Price, estimate int64, res usage.Result) int64 {
 // an unknown price never lets spend through; a shadow rule never refuses,
 // so it logs and counts a would-be refusal and is left out (priced false).
 func (p *Proxy) usdCost(x *exchange, r *http.Request, in *keyInput, ru *rule, pol *policy) (cost int64, priced, ok bool) {
-	price, found := pol.prices.Match(in.model)
+	model := in.model
+	if x.est.Batch > 0 {
+		// A batch has no top-level model: its members name it, and
+		// must agree (else 400, as a key part).
+		model = in.bodyField("model")
+	}
+	price, found := pol.prices.Match(model)
 	if !found && ru.action == actShadow {
 		p.shadowWouldRefuse(in, r, ru, codeUnpricedModel)
 		return 0, false, true
@@ -106,10 +112,10 @@ func (p *Proxy) usdCost(x *exchange, r *http.Request, in *keyInput, ru *rule, po
 		p.log.Info("request denied", "rule", ru.lim.Name, "reason", codeUnpricedModel, "path", r.URL.Path)
 		p.writeError(x, r, &apiError{status: http.StatusBadRequest, code: codeUnpricedModel,
 			message: "No price is configured for this model, so rule " + ru.lim.Name + " cannot charge it.",
-			fields:  []field{{"model", in.model}, {"denied_by", ru.lim.Name}}})
+			fields:  []field{{"model", model}, {"denied_by", ru.lim.Name}}})
 		return 0, false, false
 	}
-	x.budget.price = price
+	x.budget.price, x.budget.model = price, model
 	out := requestedOutput(in, x.pol.cfg.OutputTokenReserve, int64(x.est.Batch))
 	return reserveUSD(price, int64(x.est.Tokens), out), true, true
 }

@@ -151,3 +151,27 @@ tiers  = { enterprise = "unlimited" }
 		t.Fatalf("limited tier: %d %v", w.Code, m)
 	}
 }
+
+// A batch is priced at its members' model, which must agree.
+func TestSpendBatchPricedByMembersModel(t *testing.T) {
+	_, url := newLLM(t)
+	f := newFixture(t, budgetRules(t, url, spendDollar+`
+[price."*"]
+input  = 100
+output = 100
+`)...)
+	batch := `[{"model":"gpt-4o","prompt":"a","max_tokens":100},{"model":"gpt-4o","prompt":"b","max_tokens":100}]`
+	est := estimate(t, "/v1/completions", batch)
+	w := f.send("/v1/completions", "203.0.113.7:1", "application/json", batch, "Authorization", "Bearer kbatch")
+	want := 1_000_000 - (est*2_500_000+200*10_000_000+999_999)/1_000_000
+	if w.Code != 200 || micro(t, w.Header().Get("X-Ratelimit-Remaining-Usd")) != want {
+		t.Fatalf("batch: %d remaining %s, want %d µ$ (gpt-4o prices)", w.Code, w.Header().Get("X-Ratelimit-Remaining-Usd"), want)
+	}
+	mixed := `[{"model":"gpt-4o","prompt":"a","max_tokens":1},{"model":"o1-pro","prompt":"b","max_tokens":1}]`
+	w = f.send("/v1/completions", "203.0.113.7:1", "application/json", mixed, "Authorization", "Bearer kbatch")
+	var m map[string]any
+	json.Unmarshal(w.Body.Bytes(), &m)
+	if w.Code != 400 || m["error"].(map[string]any)["code"] != "invalid_request" {
+		t.Fatalf("mixed models: %d %v", w.Code, m)
+	}
+}
