@@ -311,6 +311,9 @@ func amountOf(raw json.RawMessage, ru *rule, unlimitedOK bool) (n int64, unlimit
 	}
 	if ru.cost == costUSD {
 		n, err = config.ParseDollars(s)
+		if errors.Is(err, config.ErrTooPrecise) {
+			return 0, false, errors.New("must be dollars with at most 6 decimals")
+		}
 	} else {
 		n, err = strconv.ParseInt(s, 10, 64)
 	}
