@@ -311,7 +311,8 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	if ce := res.Header.Values("Content-Encoding"); len(ce) > 0 && !identityOnly(ce) {
 		// Compressed although identity was asked: nothing can be read,
 		// so the reservation stands as the charge.
-		b.settle, b.scan = false, false
+		b.settle = false
+		p.settle(x, usage.Result{})
 		return nil
 	}
 	mt, _, _ := strings.Cut(res.Header.Get("Content-Type"), ";")
@@ -380,8 +381,12 @@ func (p *Proxy) settle(x *exchange, res usage.Result) {
 		spent = settleUSD(b.price, b.input, res)
 	}
 	if !b.settle {
+		// The reservation stands as the charge (a batch, a background
+		// response, a compressed answer): that is the spend.
+		p.observeSpend(x, -1)
 		return
 	}
+	p.observeSpend(x, spent)
 	var buf [maxInlineRules]limits.Settlement
 	ss := buf[:0]
 	for i, ru := range x.rules {
@@ -391,7 +396,6 @@ func (p *Proxy) settle(x *exchange, res usage.Result) {
 		}
 		h := &x.hits[i]
 		if ru.cost == costUSD {
-			p.ruleSet.spend.observe(ru.lim.Name, b.model, h.Cost, spent)
 			ss = append(ss, limits.Settlement{Hit: *h, Ticket: t, Actual: spent})
 			continue
 		}

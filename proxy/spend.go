@@ -161,8 +161,31 @@ func newSpendMetrics(reg prometheus.Registerer) (*spendMetrics, error) {
 	return m, nil
 }
 
-// observe records one settled usd charge of rule for model.
-func (m *spendMetrics) observe(rule, model string, reserved, settled int64) {
+// observeSpend records a request's usd charges: each usd rule's in
+// ratelimit_proxy_spend_usd_total, and settled minus reserved once for the
+// request. spent < 0: each reservation stands as its charge.
+func (p *Proxy) observeSpend(x *exchange, spent int64) {
+	if x.budget.price == nil {
+		return
+	}
+	first := true
+	for i, ru := range x.rules {
+		h := &x.hits[i]
+		if ru.cost != costUSD || x.out[i].Ticket.IsZero() {
+			continue
+		}
+		charge := spent
+		if spent < 0 {
+			charge = h.Cost
+		}
+		p.ruleSet.spend.observe(ru.lim.Name, x.budget.model, h.Cost, charge, first)
+		first = false
+	}
+}
+
+// observe records one usd charge of rule for model, and, with delta,
+// settled minus reserved for the request.
+func (m *spendMetrics) observe(rule, model string, reserved, settled int64, delta bool) {
 	m.mu.Lock()
 	s, ok := m.series[[2]string{rule, model}]
 	if !ok {
@@ -171,7 +194,9 @@ func (m *spendMetrics) observe(rule, model string, reserved, settled int64) {
 	m.mu.Unlock()
 	if ok {
 		s.spend.Add(float64(settled) / 1e6)
-		s.excess.Observe(float64(settled-reserved) / 1e6)
+		if delta {
+			s.excess.Observe(float64(settled-reserved) / 1e6)
+		}
 	}
 }
 

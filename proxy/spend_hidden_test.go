@@ -175,3 +175,35 @@ output = 100
 		t.Fatalf("mixed models: %d %v", w.Code, m)
 	}
 }
+
+// Spend metrics count a kept reservation as spend, and observe the settle
+// delta once per request however many usd rules apply.
+func TestSpendMetricsKeptAndOncePerRequest(t *testing.T) {
+	_, url := newLLM(t)
+	f := newFixture(t, budgetRules(t, url, spendDollar+`
+[[rule]]
+name   = "spend-global"
+key    = ["global"]
+cost   = "usd"
+limit  = 10.00
+window = "24h"
+`)...)
+	w := f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", weatherBody+`,"max_tokens":100}`,
+		"Authorization", "Bearer km", "X-Test-Usage", "10,10")
+	if w.Code != 200 {
+		t.Fatalf("request: %d %s", w.Code, w.Body)
+	}
+	if got := metric(t, f, "ratelimit_proxy_spend_settle_delta_usd", map[string]string{"model": "gpt-4o"}); got != 1 {
+		t.Fatalf("settle delta observed %v times for one request, want 1", got)
+	}
+	batch := `[{"model":"gpt-4o","prompt":"a","max_tokens":1000},{"model":"gpt-4o","prompt":"b","max_tokens":1000}]`
+	before := metric(t, f, "ratelimit_proxy_spend_usd_total", map[string]string{"rule": "spend", "model": "gpt-4o"})
+	if w := f.send("/v1/completions", "203.0.113.7:1", "application/json", batch, "Authorization", "Bearer km"); w.Code != 200 {
+		t.Fatalf("batch: %d %s", w.Code, w.Body)
+	}
+	est := estimate(t, "/v1/completions", batch)
+	want := float64((est*2_500_000+2000*10_000_000+999_999)/1_000_000) / 1e6
+	if got := metric(t, f, "ratelimit_proxy_spend_usd_total", map[string]string{"rule": "spend", "model": "gpt-4o"}) - before; got < want-1e-9 || got > want+1e-9 {
+		t.Fatalf("batch spend %v, want its reservation %v", got, want)
+	}
+}
