@@ -167,11 +167,13 @@ func decodePrice(name string, raw any) (Price, []error) {
 }
 
 // priceAmount reads a price in USD per million tokens: a number ≥ 0 (a
-// TOML integer, float or decimal string) with at most 6 decimals kept, as
+// TOML integer, float or decimal string) with at most 6 decimals, as
 // integers of 10⁻⁶ — the scale of a usd rule's amounts.
 func priceAmount(v any) (int64, error) {
 	n, err := microDollars(v)
 	switch {
+	case errors.Is(err, ErrTooPrecise):
+		return 0, err
 	case err != nil:
 		return 0, errors.New("not a number")
 	case n < 0:

@@ -132,6 +132,9 @@ func TestPricesExample(t *testing.T) {
 		"gpt-4o-2024-08-06": "gpt-4o*", "gpt-4o-mini": "gpt-4o-mini*", "gpt-4.1-nano-2025-04-14": "gpt-4.1-nano*",
 		"gpt-5-mini": "gpt-5-mini*", "claude-sonnet-4-20250514": "claude-sonnet-4*", "claude-3-5-haiku-latest": "claude-3-5-haiku*",
 		"o4-mini-2025-04-16": "o4-mini*",
+		// Costlier variants are not priced at their family's price.
+		"o1-pro-2025-03-19": "o1-pro*", "o3-pro": "o3-pro*", "o3-deep-research-2025-06-26": "o3-deep-research*",
+		"o4-mini-deep-research": "o4-mini-deep-research*", "gpt-4o-2024-05-13": "gpt-4o-2024-05-13", "o1-2024-12-17": "o1*",
 	} {
 		if p, ok := c.Prices.Match(model); !ok || p.Pattern != want {
 			t.Errorf("%s priced by %+v, want %s", model, p, want)
@@ -139,6 +142,9 @@ func TestPricesExample(t *testing.T) {
 	}
 	if _, ok := c.Prices.Match("llama-3.1-70b"); ok {
 		t.Error("an unknown model is priced")
+	}
+	if p, _ := c.Prices.Match("o1-pro"); p.Input != 150_000_000 || p.Output != 600_000_000 || p.CachedInput != 150_000_000 {
+		t.Errorf("o1-pro: %+v", p)
 	}
 	p, _ := c.Prices.Match("claude-sonnet-4-5")
 	if p.LongAbove != 200000 || p.CacheWrite != 3_750_000 {

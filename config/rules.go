@@ -477,12 +477,22 @@ func (c *Config) writeRules(w io.Writer) error {
 	return err
 }
 
+// ErrTooPrecise is an amount of dollars with more than 6 decimals, finer
+// than the 10⁻⁶ USD amounts are kept in.
+var ErrTooPrecise = errors.New("at most 6 decimals")
+
 // microDollars reads an amount of dollars (a TOML integer, float or
 // decimal string) as integers of 10⁻⁶ USD, rounded to the nearest.
 func microDollars(v any) (int64, error) {
 	f, ok := number(v, true)
 	if !ok || math.Abs(f) > 1e12 {
 		return 0, errors.New("not an amount of dollars")
+	}
+	// The shortest decimal that reads back as f is what was written:
+	// past 6 decimals it cannot be kept, and is refused, not rounded.
+	text := strconv.FormatFloat(f, 'f', -1, 64)
+	if _, frac, ok := strings.Cut(text, "."); ok && len(frac) > 6 {
+		return 0, ErrTooPrecise
 	}
 	return int64(math.Round(f * 1e6)), nil
 }
@@ -533,5 +543,6 @@ func Dollars(micro int64) string {
 }
 
 // ParseDollars reads an amount of dollars written as a decimal ("25",
-// "0.5") as integers of 10⁻⁶ USD, rounded to the nearest.
+// "0.5") as integers of 10⁻⁶ USD; one with more than 6 decimals is
+// refused (ErrTooPrecise).
 func ParseDollars(s string) (int64, error) { return microDollars(s) }

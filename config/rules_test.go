@@ -125,7 +125,11 @@ func TestRuleErrorsNameRuleAndField(t *testing.T) {
 		{"[[rule]]\nname = \"x\"\nlimit = 1\ncost = \"usd\"\n", `rule "x": cost "usd": needs [price."MODEL"] entries`},
 		{"[[rule]]\nname = \"x\"\nlimit = 1\ncost = \"tokens\"\n", `rule "x": cost "tokens": must be "requests", "input_tokens", "total_tokens" or "usd"`},
 		{"[price.\"*\"]\ninput = 1\noutput = 1\n[[rule]]\nname = \"x\"\ncost = \"usd\"\nlimit = \"lots\"\n", `rule "x": limit "lots": not an amount of dollars`},
-		{"[price.\"*\"]\ninput = 1\noutput = 1\n[[rule]]\nname = \"x\"\ncost = \"usd\"\nlimit = -0.5\n", `rule "x": limit -500000: must not be negative`},
+		{"[price.\"*\"]\ninput = 1\noutput = 1\n[[rule]]\nname = \"x\"\ncost = \"usd\"\nlimit = -0.5\n", `rule "x": limit -0.5: must not be negative`},
+		{"[price.\"*\"]\ninput = 1\noutput = 1\n[[rule]]\nname = \"x\"\ncost = \"usd\"\nlimit = 25.1234567\n", `rule "x": limit 25.1234567: at most 6 decimals`},
+		{"[price.\"*\"]\ninput = 1\noutput = 1\n[[rule]]\nname = \"x\"\ncost = \"usd\"\nlimit = \"0.0000005\"\n", `rule "x": limit "0.0000005": at most 6 decimals`},
+		{"[price.\"*\"]\ninput = 1.0000001\noutput = 1\n", `price "*": input 1.0000001: at most 6 decimals`},
+		{"[price.\"*\"]\ninput = 1\noutput = 1\n[[rule]]\nname = \"x\"\ncost = \"usd\"\nlimit = 25.5\nburst = 2.25\n", `rule "x": burst 2.25: only with algorithm = "token_bucket"`},
 		{"[[rule]]\nname = \"x\"\nlimit = 1\nwhen = { \"header:X-Env\" = 1 }\n", `rule "x": when 1: header:X-Env: the value is not a string`},
 		{"tier_from = \"cookie:plan\"\n", `tier_from = "cookie:plan": write "header:NAME"`},
 	} {

@@ -76,20 +76,27 @@ func (c *Config) validateRules() []error {
 		if r.OnMissingKey != MissingSkip && r.OnMissingKey != MissingReject {
 			bad("on_missing_key", r.OnMissingKey, `must be "skip" or "reject"`)
 		}
+		// amount is a limit as written: dollars for a usd rule.
+		amount := func(v int64) any {
+			if r.Cost == CostUSD {
+				return dollarAmount(v)
+			}
+			return v
+		}
 		switch r.Algorithm {
 		case AlgSlidingWindow:
 			if r.BurstSet {
-				bad("burst", r.Burst, `only with algorithm = "token_bucket"`)
+				bad("burst", amount(r.Burst), `only with algorithm = "token_bucket"`)
 			}
 		case AlgTokenBucket:
 		default:
 			bad("algorithm", r.Algorithm, `must be "sliding_window" or "token_bucket"`)
 		}
 		if r.Limit < 0 {
-			bad("limit", r.Limit, "must not be negative")
+			bad("limit", amount(r.Limit), "must not be negative")
 		}
 		if r.BurstSet && r.Burst < 0 {
-			bad("burst", r.Burst, "must not be negative")
+			bad("burst", amount(r.Burst), "must not be negative")
 		}
 		if r.Window < time.Second {
 			bad("window", durationText(r.Window), "must be at least 1s")
@@ -179,3 +186,8 @@ func checkTierFrom(s string, jwt bool) error {
 	}
 	return errors.New(`write "header:NAME" or "jwt:CLAIM"`)
 }
+
+// dollarAmount is micro-dollars shown in dollars in a message.
+type dollarAmount int64
+
+func (d dollarAmount) String() string { return Dollars(int64(d)) }

@@ -308,6 +308,9 @@ func amountOf(raw json.RawMessage, ru *rule, unlimitedOK bool) (n int64, unlimit
 	}
 	if ru.cost == costUSD {
 		n, err = config.ParseDollars(s)
+		if errors.Is(err, config.ErrTooPrecise) {
+			return 0, false, errors.New("must be dollars with at most 6 decimals")
+		}
 	} else {
 		n, err = strconv.ParseInt(s, 10, 64)
 	}
@@ -404,7 +407,7 @@ func (p *Proxy) adminSetRule(w http.ResponseWriter, r *http.Request) {
 	}
 	nru := pol.ruleNamed(name)
 	p.log.Info("admin: rule changed live", "rule", name, "change", string(mustJSON(m)),
-		"was", ruleDiffValues(&ru.conf), "now", ruleDiffValues(&nru.conf))
+		"was", ruleDiffValues(ru), "now", ruleDiffValues(nru))
 	writeAdminJSON(w, http.StatusOK, pol.view(nru))
 }
 
@@ -413,11 +416,19 @@ func mustJSON(v any) []byte {
 	return b
 }
 
-// ruleDiffValues is what a live change may touch, for the log.
-func ruleDiffValues(c *config.Rule) string {
-	s := "limit=" + strconv.FormatInt(c.Limit, 10) + " action=" + c.Action
+// ruleDiffValues is what a live change may touch, for the log: a usd
+// rule's amounts in dollars.
+func ruleDiffValues(ru *rule) string {
+	c := &ru.conf
+	amount := func(n int64) string {
+		if ru.cost == costUSD {
+			return config.Dollars(n)
+		}
+		return strconv.FormatInt(n, 10)
+	}
+	s := "limit=" + amount(c.Limit) + " action=" + c.Action
 	if c.BurstSet {
-		s += " burst=" + strconv.FormatInt(c.Burst, 10)
+		s += " burst=" + amount(c.Burst)
 	}
 	if c.MaxDelay > 0 {
 		s += " max_delay=" + c.MaxDelay.String()

@@ -53,11 +53,14 @@ func (c costKind) unit() costKind {
 }
 
 // The body fields a total_tokens rule reads besides its key parts: the
-// output the request asks for (§8), how many choices, and whether it
-// streams with usage. They are decided members: a body that repeats one
-// is refused (SPEC §4.6).
+// output the request asks for (§8), how many choices, whether it streams
+// with usage, and whether the Responses API runs it in the background
+// (its output is fetched later, past the proxy), and the members that
+// refer to input the provider holds (hiddenInput). They are decided
+// members: a body that repeats one is refused (SPEC §4.6).
 var (
-	outputJSON = []string{"max_tokens", "max_completion_tokens", "max_output_tokens", "n", "stream", "stream_options.include_usage"}
+	outputJSON = []string{"max_tokens", "max_completion_tokens", "max_output_tokens", "n", "stream", "stream_options.include_usage",
+		"background", "previous_response_id", "conversation", "conversation.id", "prompt.id"}
 	outputForm = []string{"max_tokens", "max_completion_tokens", "max_output_tokens", "n", "stream"}
 )
 
@@ -77,13 +80,15 @@ type budget struct {
 	model   string
 }
 
-// meteredCost sets the cost of a token or money rule's hit; false when it
-// answered (400 unpriced_model).
-func (p *Proxy) meteredCost(x *exchange, r *http.Request, in *keyInput, pol *policy, ru *rule, h *limits.Hit) bool {
+// meteredCost sets the cost of a token or money rule's hit. include is
+// false when the rule is left out of the batch (a shadow rule that would
+// refuse before deciding); ok is false when it answered (400
+// unpriced_model).
+func (p *Proxy) meteredCost(x *exchange, r *http.Request, in *keyInput, pol *policy, ru *rule, h *limits.Hit) (include, ok bool) {
 	if ru.cost == costUSD {
-		c, ok := p.usdCost(x, r, in, ru, pol)
-		if !ok {
-			return false
+		c, priced, ok := p.usdCost(x, r, in, ru, pol)
+		if !priced || !ok {
+			return false, ok
 		}
 		h.Cost = c
 	} else {
@@ -95,7 +100,20 @@ func (p *Proxy) meteredCost(x *exchange, r *http.Request, in *keyInput, pol *pol
 		// shows its state.
 		h.Cost = 0
 	}
-	return true
+	return true, true
+}
+
+// hiddenInput names the member of a Responses API request that refers to
+// input held by the provider (a previous response, a conversation, a
+// stored prompt), which the estimate cannot count; "" when there is none.
+func hiddenInput(in *keyInput) string {
+	for _, name := range [...]string{"previous_response_id", "conversation", "conversation.id", "prompt.id"} {
+		if in.bodyField(name) != "" {
+			name, _, _ = strings.Cut(name, ".")
+			return name
+		}
+	}
+	return ""
 }
 
 // tokenCost is the cost of a token rule's hit: the input estimate, plus
@@ -228,11 +246,20 @@ func (p *Proxy) admitted(x *exchange, r *http.Request, in *keyInput) {
 	if !b.scan {
 		return
 	}
-	b.input, b.model = int64(x.est.Tokens), in.model
+	b.input = int64(x.est.Tokens)
+	if b.price == nil { // a usd rule set the model it priced (a batch's members')
+		b.model = in.model
+	}
 	b.stream = truthy(in.bodyField("stream"))
 	if x.est.Batch > 0 {
 		// A batch's answer is an array with no usage of its own: its
 		// reservation (every member's output) is its charge.
+		b.settle = false
+	}
+	if truthy(in.bodyField("background")) {
+		// A background response answers "queued" at once, with no usage;
+		// its output is generated later and fetched past the proxy: the
+		// reservation (input and requested output) is its charge.
 		b.settle = false
 	}
 	// The usage is read from the bytes as they pass: they must not be
@@ -284,7 +311,8 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	if ce := res.Header.Values("Content-Encoding"); len(ce) > 0 && !identityOnly(ce) {
 		// Compressed although identity was asked: nothing can be read,
 		// so the reservation stands as the charge.
-		b.settle, b.scan = false, false
+		b.settle = false
+		p.settle(x, usage.Result{})
 		return nil
 	}
 	mt, _, _ := strings.Cut(res.Header.Get("Content-Type"), ";")
@@ -353,8 +381,12 @@ func (p *Proxy) settle(x *exchange, res usage.Result) {
 		spent = settleUSD(b.price, b.input, res)
 	}
 	if !b.settle {
+		// The reservation stands as the charge (a batch, a background
+		// response, a compressed answer): that is the spend.
+		p.observeSpend(x, -1)
 		return
 	}
+	p.observeSpend(x, spent)
 	var buf [maxInlineRules]limits.Settlement
 	ss := buf[:0]
 	for i, ru := range x.rules {
@@ -364,7 +396,6 @@ func (p *Proxy) settle(x *exchange, res usage.Result) {
 		}
 		h := &x.hits[i]
 		if ru.cost == costUSD {
-			p.ruleSet.spend.observe(ru.lim.Name, b.model, h.Cost, spent)
 			ss = append(ss, limits.Settlement{Hit: *h, Ticket: t, Actual: spent})
 			continue
 		}

@@ -146,16 +146,34 @@ func (p *Proxy) addHit(x *exchange, r *http.Request, in *keyInput, pol *policy, 
 		return false
 	}
 	h := limits.Hit{Rule: ru.lim, Key: key, Cost: 1}
-	if ru.cost.metered() && !p.meteredCost(x, r, in, pol, ru, &h) {
-		return false
-	}
 	if eff, own := ru.effective(in.plan, key); own {
 		if eff.unlimited {
-			return true
+			return true // before pricing: an unlimited key is never refused for it (hidden input, unpriced model)
 		}
 		h.Own, h.Limit, h.Burst = true, eff.limit, eff.limit
 		if ru.burstSet {
 			h.Burst = ru.lim.Burst
+		}
+	}
+	if ru.cost.settles() {
+		if name := hiddenInput(in); name != "" {
+			// Input the proxy cannot see cannot be reserved: the budget
+			// would be overshot by it.
+			if ru.action == actShadow {
+				p.shadowWouldRefuse(in, r, ru, "hidden_input")
+				return true
+			}
+			ru.metrics.refused.Inc()
+			p.log.Info("request denied", "rule", ru.lim.Name, "reason", "hidden_input", "member", name, "path", r.URL.Path)
+			p.invalid(x, r, "The request's "+name+" refers to input held by the provider, which a usd/total_tokens budget ("+
+				ru.lim.Name+") cannot reserve; send the input itself.")
+			return false
+		}
+	}
+	if ru.cost.metered() {
+		include, ok := p.meteredCost(x, r, in, pol, ru, &h)
+		if !ok || !include {
+			return ok
 		}
 	}
 	x.hits = append(x.hits, h)
@@ -307,6 +325,15 @@ func (p *Proxy) fewestRemaining(x *exchange) (bool, int) {
 		i = fewest(x, costUSD)
 	}
 	return i >= 0, max(i, 0)
+}
+
+// shadowWouldRefuse logs and counts what a shadow rule would have refused
+// before deciding (an unpriced model, input it cannot reserve): a shadow
+// rule never refuses, so it is left out of the batch (SPEC §7.3).
+func (p *Proxy) shadowWouldRefuse(in *keyInput, r *http.Request, ru *rule, reason string) {
+	ru.metrics.refused.Inc()
+	ru.metrics.shadowDenied.Inc()
+	p.log.Info("shadow rule would refuse", "rule", ru.lim.Name, "reason", reason, "model", in.model, "path", r.URL.Path)
 }
 
 // observeRules counts each rule's decision, logs and counts what shadow

@@ -174,6 +174,9 @@ func (pol *policy) compileRule(cr *config.Rule, index int, rm *ruleMetricSet) (*
 		ru.cost = costTotal
 		if cr.Cost == config.CostUSD {
 			ru.cost = costUSD
+			// A batch's model is its members' (which must agree): it
+			// is read like a key part.
+			ru.fields.JSON = append(ru.fields.JSON, "model")
 		}
 		ru.fields.JSON = append(ru.fields.JSON, outputJSON...)
 		ru.fields.Form = append(ru.fields.Form, outputForm...)

@@ -90,23 +90,34 @@ func settleUSD(p *config.Price, estimate int64, res usage.Result) int64 {
 	return s.micro()
 }
 
-// usdCost is a usd rule's cost for the request, or, for a model no price
-// matches, a 400 unpriced_model answered (false): an unknown price never
-// lets spend through.
-func (p *Proxy) usdCost(x *exchange, r *http.Request, in *keyInput, ru *rule, pol *policy) (int64, bool) {
-	price, ok := pol.prices.Match(in.model)
-	if !ok {
+// usdCost is a usd rule's cost for the request (priced). For a model no
+// price matches an enforcing rule answers 400 unpriced_model (ok false):
+// an unknown price never lets spend through; a shadow rule never refuses,
+// so it logs and counts a would-be refusal and is left out (priced false).
+func (p *Proxy) usdCost(x *exchange, r *http.Request, in *keyInput, ru *rule, pol *policy) (cost int64, priced, ok bool) {
+	model := in.model
+	if x.est.Batch > 0 {
+		// A batch has no top-level model: its members name it, and
+		// must agree (else 400, as a key part).
+		model = in.bodyField("model")
+	}
+	price, found := pol.prices.Match(model)
+	if !found && ru.action == actShadow {
+		p.shadowWouldRefuse(in, r, ru, codeUnpricedModel)
+		return 0, false, true
+	}
+	if !found {
 		ru.metrics.refused.Inc()
 		x.decision = decInvalid
 		p.log.Info("request denied", "rule", ru.lim.Name, "reason", codeUnpricedModel, "path", r.URL.Path)
 		p.writeError(x, r, &apiError{status: http.StatusBadRequest, code: codeUnpricedModel,
 			message: "No price is configured for this model, so rule " + ru.lim.Name + " cannot charge it.",
-			fields:  []field{{"model", in.model}, {"denied_by", ru.lim.Name}}})
-		return 0, false
+			fields:  []field{{"model", model}, {"denied_by", ru.lim.Name}}})
+		return 0, false, false
 	}
-	x.budget.price = price
+	x.budget.price, x.budget.model = price, model
 	out := requestedOutput(in, x.pol.cfg.OutputTokenReserve, int64(x.est.Batch))
-	return reserveUSD(price, int64(x.est.Tokens), out), true
+	return reserveUSD(price, int64(x.est.Tokens), out), true, true
 }
 
 // dollars is an amount of micro-dollars as a JSON number of dollars.
@@ -150,8 +161,31 @@ func newSpendMetrics(reg prometheus.Registerer) (*spendMetrics, error) {
 	return m, nil
 }
 
-// observe records one settled usd charge of rule for model.
-func (m *spendMetrics) observe(rule, model string, reserved, settled int64) {
+// observeSpend records a request's usd charges: each usd rule's in
+// ratelimit_proxy_spend_usd_total, and settled minus reserved once for the
+// request. spent < 0: each reservation stands as its charge.
+func (p *Proxy) observeSpend(x *exchange, spent int64) {
+	if x.budget.price == nil {
+		return
+	}
+	first := true
+	for i, ru := range x.rules {
+		h := &x.hits[i]
+		if ru.cost != costUSD || x.out[i].Ticket.IsZero() {
+			continue
+		}
+		charge := spent
+		if spent < 0 {
+			charge = h.Cost
+		}
+		p.ruleSet.spend.observe(ru.lim.Name, x.budget.model, h.Cost, charge, first)
+		first = false
+	}
+}
+
+// observe records one usd charge of rule for model, and, with delta,
+// settled minus reserved for the request.
+func (m *spendMetrics) observe(rule, model string, reserved, settled int64, delta bool) {
 	m.mu.Lock()
 	s, ok := m.series[[2]string{rule, model}]
 	if !ok {
@@ -160,7 +194,9 @@ func (m *spendMetrics) observe(rule, model string, reserved, settled int64) {
 	m.mu.Unlock()
 	if ok {
 		s.spend.Add(float64(settled) / 1e6)
-		s.excess.Observe(float64(settled-reserved) / 1e6)
+		if delta {
+			s.excess.Observe(float64(settled-reserved) / 1e6)
+		}
 	}
 }
 

@@ -58,3 +58,15 @@ func TestDurationValue(t *testing.T) {
 		}
 	}
 }
+
+// The admin change log shows a usd rule's amounts in dollars.
+func TestSpendRuleDiffInDollars(t *testing.T) {
+	usd := &rule{cost: costUSD, conf: config.Rule{Limit: 25_500_000, Burst: 1_250_000, BurstSet: true, Action: "reject"}}
+	if got, want := ruleDiffValues(usd), "limit=25.5 action=reject burst=1.25"; got != want {
+		t.Errorf("usd: %q, want %q", got, want)
+	}
+	req := &rule{cost: costRequests, conf: config.Rule{Limit: 60, Action: "reject"}}
+	if got, want := ruleDiffValues(req), "limit=60 action=reject"; got != want {
+		t.Errorf("requests: %q, want %q", got, want)
+	}
+}

@@ -122,6 +122,10 @@ func TestSpendAdminInDollars(t *testing.T) {
 	if code != 200 || m["limit"] != 0.5 || m["override"] != 0.5 || m["used"] != 0.15 || m["remaining"] != 0.35 {
 		t.Fatalf("PUT override: %d %v", code, m)
 	}
+	// Finer than a micro-dollar: refused, not rounded.
+	if code, m = f.adminDo(t, "PUT", "/admin/rules/spend", "", `{"limit":25.1234567}`); code != 400 {
+		t.Fatalf("PUT 7 decimals: %d %v", code, m)
+	}
 	code, m = f.adminDo(t, "PUT", "/admin/rules/spend", "", `{"limit":25.125}`)
 	if code != 200 || m["limit"] != 25.125 {
 		t.Fatalf("PUT rule: %d %v", code, m)
