@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
+
 	"github.com/ratelimit-proxy/ratelimit-proxy/internal/redistest"
 	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/mockapi"
 )
@@ -38,6 +40,7 @@ const (
 	promConfigPath  = "../deploy/prometheus.yml"
 	composePath     = "../compose.yaml"
 	deployScrapeJob = "ratelimit-proxy" // the job RatelimitProxyDown selects
+	deployJWTSecret = "deploy-test-hs256-secret-of-32-bytes-or-more"
 )
 
 // requireProm returns the path of a Prometheus program; missing, the test
@@ -321,9 +324,10 @@ adaptive      = { start = 0.8, increase = 0.1, every = "1m", decrease = 0.5, hol
 `
 
 // The dashboard's every query returns series from a Prometheus scraping a
-// proxy that served traffic; every alert rule evaluates without error on
-// series that exist, and the alerts this traffic and a flapping Redis
-// should raise are raised.
+// proxy that served traffic (and an in-memory one saving STATE_FILE);
+// every alert rule evaluates without error on series that exist, and the
+// alerts this traffic, a refused reload and a flapping Redis should raise
+// are raised.
 func TestDeployAgainstPrometheus(t *testing.T) {
 	promBin := requireProm(t, "prometheus")
 	requireProm(t, "promtool")
@@ -355,14 +359,34 @@ func TestDeployAgainstPrometheus(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(deployConfig), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// JWT_HS256_SECRET: the JWT families exist (the callers' plain
+	// bearer tokens below are API keys still).
 	p := startProxy(t, up.URL, map[string]string{"REDIS_URL": redis.URL(), "REDIS_TIMEOUT": "500ms",
-		"FAIL_OPEN": "local"}, "-config", cfg)
+		"FAIL_OPEN": "local", "JWT_HS256_SECRET": deployJWTSecret}, "-config", cfg)
 
-	// A second target nothing listens on: RatelimitProxyDown's case.
+	// A second proxy, in memory with STATE_FILE (ignored with Redis): the
+	// state file's families, saved every 200 ms. Its own upstream, so as
+	// not to shift the first one's every-third-chat 429s.
+	stateUp := newUpstream(t, mockapi.NewWithOptions(mockapi.Options{}).ServeHTTP)
+	sp := startProxy(t, stateUp.URL, map[string]string{"CHAT_RPM": "5",
+		"STATE_FILE": filepath.Join(t.TempDir(), "state"), "STATE_FLUSH_INTERVAL": "200ms"})
+
+	// A third target nothing listens on: RatelimitProxyDown's case.
 	dead := strings.TrimPrefix(deadURL(t), "http://")
-	prom := startPrometheus(t, promBin, []string{p.admin, dead})
+	prom := startPrometheus(t, promBin, []string{p.admin, sp.admin, dead})
 	prom.waitFor(t, left(15*time.Second), fmt.Sprintf(`up{instance=%q} == 1`, p.admin), "the proxy scraped")
 	t.Logf("prometheus scraping at %v", time.Since(start).Round(100*time.Millisecond))
+
+	// Reloads: one refused (an invalid file: RatelimitProxyConfigReloadFailed),
+	// then the file back and one that succeeds.
+	if err := os.WriteFile(cfg, []byte("chat_rpm = -5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, p.do(t, http.MethodPost, p.adminURL("/admin/reload"), nil), http.StatusBadRequest)
+	if err := os.WriteFile(cfg, []byte(deployConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, p.do(t, http.MethodPost, p.adminURL("/admin/reload"), nil), http.StatusOK)
 
 	// Traffic: one caller far over its limit (denials, the refusal
 	// cache), then several callers at once (the group's queue, the
@@ -413,6 +437,19 @@ func TestDeployAgainstPrometheus(t *testing.T) {
 	prom.waitFor(t, left(10*time.Second), fmt.Sprintf(`ratelimit_proxy_spend_usd_total{instance=%q}`, p.admin), "spend scraped")
 	messages()
 	wg.Wait()
+	// A verified JWT and a forged one (no credential: the caller is its
+	// IP), then the in-memory proxy's counters for its state file.
+	for _, secret := range []string{deployJWTSecret, "not-the-deploy-secret-not-the-deploy-secret"} {
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "deploy-jwt"}).SignedString([]byte(secret))
+		if err != nil {
+			t.Fatal(err)
+		}
+		count(send(ctx, p, http.MethodPost, "/v1/messages", nil, "Authorization", "Bearer "+tok))
+		sent++
+	}
+	for i := range 3 {
+		count(send(ctx, sp, http.MethodPost, "/v1/chat/completions", nil, "Authorization", fmt.Sprintf("Bearer deploy-state-%d", i)))
+	}
 	t.Logf("traffic sent at %v", time.Since(start).Round(100*time.Millisecond))
 	codes.Range(func(k, v any) bool {
 		t.Logf("traffic: %d × %v", v.(*atomic.Int64).Load(), k)
@@ -454,6 +491,7 @@ func TestDeployAgainstPrometheus(t *testing.T) {
 	prom.waitFor(t, left(10*time.Second), fmt.Sprintf(`sum(ratelimit_proxy_requests_total{instance=%q}) >= %d`, p.admin, sent),
 		"every request scraped")
 	prom.waitFor(t, left(10*time.Second), fmt.Sprintf(`ratelimit_proxy_store_up{instance=%q} == 0`, p.admin), "the store down scraped")
+	prom.waitFor(t, left(5*time.Second), fmt.Sprintf(`ratelimit_proxy_state_saved_keys{instance=%q} > 0`, sp.admin), "a state save scraped")
 
 	d := loadDashboard(t)
 	t.Run("every family is on the dashboard", func(t *testing.T) {
@@ -463,7 +501,7 @@ func TestDeployAgainstPrometheus(t *testing.T) {
 				exprs.WriteString(tg.Expr + "\n")
 			}
 		}
-		for _, fam := range scrapedFamilies(t, p) {
+		for _, fam := range append(scrapedFamilies(t, p), scrapedFamilies(t, sp)...) {
 			if !regexp.MustCompile(`\b` + fam + `(_bucket|_sum|_count)?\b`).MatchString(exprs.String()) {
 				t.Errorf("%s is exported but no panel shows it", fam)
 			}
@@ -522,7 +560,8 @@ func TestDeployAgainstPrometheus(t *testing.T) {
 
 	t.Run("the alerts this traffic should raise are raised", func(t *testing.T) {
 		want := []string{"RatelimitProxyDown", "RatelimitProxyStoreDown", "RatelimitProxyBreakerFlapping",
-			"RatelimitProxyHighDenialRate", "RatelimitProxyUsageNearLimit", "RatelimitProxyUpstreamThrottling"}
+			"RatelimitProxyHighDenialRate", "RatelimitProxyUsageNearLimit", "RatelimitProxyUpstreamThrottling",
+			"RatelimitProxyConfigReloadFailed"}
 		var states map[string]string
 		ok := waitFor(left(10*time.Second), func() bool {
 			states = map[string]string{}
