@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -321,6 +322,17 @@ func Keys() []string {
 		out[i] = s.key
 	}
 	return out
+}
+
+// Same reports whether a and b have the same value of setting key,
+// secrets compared as they are (Show hides them).
+func Same(a, b *Config, key string) bool {
+	for i := range settings {
+		if settings[i].key == key {
+			return reflect.DeepEqual(settings[i].show(a), settings[i].show(b))
+		}
+	}
+	return true
 }
 
 // Show is the value of setting key (its TOML name) as it may be shown:

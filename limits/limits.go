@@ -112,22 +112,31 @@ func NewKey(parts ...Part) Key {
 // '&' inside a value must be written %26); the key comes back in
 // String's canonical form.
 func ParseKey(s string) (Key, error) {
+	parts, err := ParseKeyParts(s)
+	if err != nil {
+		return Key{}, err
+	}
+	return NewKey(parts...), nil
+}
+
+// ParseKeyParts reads a key's public form into its parts, as ParseKey.
+func ParseKeyParts(s string) ([]Part, error) {
 	if s == "" {
-		return Key{}, errors.New("empty key")
+		return nil, errors.New("empty key")
 	}
 	var parts []Part
 	for _, seg := range strings.Split(s, "&") {
 		name, value, ok := strings.Cut(seg, "=")
 		if !ok || name == "" {
-			return Key{}, errors.New("each part of a key is name=value, parts joined by &")
+			return nil, errors.New("each part of a key is name=value, parts joined by &")
 		}
 		v, err := unescape(value)
 		if err != nil {
-			return Key{}, err
+			return nil, err
 		}
 		parts = append(parts, Part{Name: name, Value: v})
 	}
-	return NewKey(parts...), nil
+	return parts, nil
 }
 
 // PartNames are the names of the key's parts, in order.

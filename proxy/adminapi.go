@@ -267,6 +267,11 @@ func readChange(w http.ResponseWriter, r *http.Request, allowed ...string) (map[
 	var m map[string]json.RawMessage
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAdminBody))
 	if err := dec.Decode(&m); err != nil || m == nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			adminError(w, http.StatusRequestEntityTooLarge, codeBodyTooLarge, "An admin request body is at most 64 KiB.")
+			return nil, false
+		}
 		adminError(w, http.StatusBadRequest, codeInvalidRequest, "The body must be a JSON object, such as {\"limit\": 10}.")
 		return nil, false
 	}

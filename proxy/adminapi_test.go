@@ -442,3 +442,47 @@ func keyHash(tok string) string {
 	sum := sha256.Sum256([]byte(tok))
 	return hex.EncodeToString(sum[:8])
 }
+
+// An IPv6 client address pasted from an access log finds the counter of
+// its IPV6_PREFIX; a header part's name is case-insensitive.
+func TestAdminKeyForms(t *testing.T) {
+	opt, _ := configFile(t, `
+chat_rpm = 1
+[[rule]]
+name   = "per-env"
+key    = ["header:X-Env", "ip"]
+limit  = 5
+window = "1m"
+`)
+	f := newFixture(t, opt)
+	f.do("/api/chat", "[2001:db8::7]:1", "X-Env", "prod")
+	if w := f.do("/api/chat", "[2001:db8::8]:1", "X-Env", "prod"); w.Code != 429 || deniedKey(t, w) != "caller=ip:2001:db8::/64" {
+		t.Fatalf("second: %d %s", w.Code, w.Body)
+	}
+	if _, m := f.adminDo(t, "GET", "/admin/limits/chat_rpm?key=ip:2001:db8::99", "", ""); m["used"] != 1.0 || m["key"] != "caller=ip:2001:db8::/64" {
+		t.Fatalf("a pasted address: %v", m)
+	}
+	if code, _ := f.adminDo(t, "DELETE", "/admin/limits/chat_rpm?key=caller%3Dip:2001:db8::99", "", ""); code != 204 {
+		t.Fatalf("DELETE: %d", code)
+	}
+	if w := f.do("/api/chat", "[2001:db8::8]:1", "X-Env", "prod"); w.Code != 200 {
+		t.Fatalf("after the reset: %d", w.Code)
+	}
+	if _, m := f.adminDo(t, "GET", "/admin/limits/per-env?key=header:x-env%3Dprod%26ip%3D2001:db8::1", "", ""); m["used"] != 2.0 {
+		t.Fatalf("lower-case header name: %v", m)
+	}
+}
+
+// A reload that changes a secret says so, without showing it.
+func TestReloadReportsSecretChanges(t *testing.T) {
+	opt, write := configFile(t, "admin_token = \"tok-one\"\n")
+	f := newFixture(t, opt)
+	write("admin_token = \"tok-two\"\n")
+	code, m := f.adminDo(t, "POST", "/admin/reload", "tok-one", "")
+	if code != 200 || mustString(m["changed"]) != `["admin_token: changed"]` {
+		t.Fatalf("%d %v", code, m)
+	}
+	if code, _ := f.adminDo(t, "GET", "/admin/rules", "tok-one", ""); code != 401 {
+		t.Fatalf("old token still works: %d", code)
+	}
+}

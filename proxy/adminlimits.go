@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,7 +21,7 @@ import (
 // pasted unescaped into the URL (its & splitting the query) is put back
 // together from the parameters named after ru's key parts; a bare value
 // for a one-part rule gets the part's name.
-func keyOf(r *http.Request, ru *rule) (limits.Key, error) {
+func keyOf(r *http.Request, pol *policy, ru *rule) (limits.Key, error) {
 	q := r.URL.Query()
 	raw := q.Get("key")
 	if raw == "" {
@@ -38,14 +39,46 @@ func keyOf(r *http.Request, ru *rule) (limits.Key, error) {
 			raw += "&" + l + "=" + vs[0]
 		}
 	}
-	k, err := limits.ParseKey(raw)
+	parts, err := limits.ParseKeyParts(raw)
 	if err != nil {
 		return limits.Key{}, err
 	}
-	if names := k.PartNames(); !slices.Equal(names, labels) {
+	names := make([]string, len(parts))
+	for i := range parts {
+		// Header names are case-insensitive: the rule's spelling counts.
+		if i < len(labels) && strings.HasPrefix(labels[i], "header:") && strings.EqualFold(parts[i].Name, labels[i]) {
+			parts[i].Name = labels[i]
+		}
+		names[i] = parts[i].Name
+		parts[i].Value = pol.countedIP(parts[i])
+	}
+	if !slices.Equal(names, labels) {
 		return limits.Key{}, fmt.Errorf("rule %s counts by %s; the key names %s", ru.lim.Name, strings.Join(labels, "&"), strings.Join(names, "&"))
 	}
-	return k, nil
+	return limits.NewKey(parts...), nil
+}
+
+// countedIP is an ip or caller=ip: part's value as it is counted: an IPv6
+// address as its IPV6_PREFIX prefix (a client address pasted from an
+// access log finds its counter). Any other value is returned as it is.
+func (pol *policy) countedIP(p limits.Part) string {
+	v, isCaller := strings.CutPrefix(p.Value, "ip:")
+	if p.Name != "ip" && !(p.Name == "caller" && isCaller) {
+		return p.Value
+	}
+	a, err := netip.ParseAddr(v)
+	if err != nil {
+		return p.Value
+	}
+	out := a.Unmap().String()
+	if a.Unmap().Is6() {
+		pre, _ := a.Prefix(pol.ips.ipv6Prefix)
+		out = pre.String()
+	}
+	if p.Name == "caller" {
+		return "ip:" + out
+	}
+	return out
 }
 
 // limitView is GET /admin/limits/{rule}?key=K.
@@ -114,11 +147,11 @@ func (p *Proxy) limitsOf(ctx context.Context, ru *rule, key limits.Key, plan str
 // ruleAndKey finds the {rule} of the path and ?key=K, answering 404 or
 // 400 when it cannot.
 func (p *Proxy) ruleAndKey(w http.ResponseWriter, r *http.Request) (*rule, limits.Key, bool) {
-	_, ru := p.ruleOf(w, r)
+	pol, ru := p.ruleOf(w, r)
 	if ru == nil {
 		return nil, limits.Key{}, false
 	}
-	key, err := keyOf(r, ru)
+	key, err := keyOf(r, pol, ru)
 	if err != nil {
 		adminError(w, http.StatusBadRequest, codeInvalidRequest, err.Error()+".")
 		return nil, limits.Key{}, false

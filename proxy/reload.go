@@ -185,9 +185,7 @@ func keepRestartOnly(c, running *config.Config) []string {
 	}
 	var differ []string
 	for _, k := range restartOnly {
-		a, _ := config.Show(running, k)
-		b, _ := config.Show(c, k)
-		if !reflect.DeepEqual(a, b) {
+		if !config.Same(running, c, k) {
 			differ = append(differ, k)
 		}
 	}
@@ -204,9 +202,14 @@ func keepRestartOnly(c, running *config.Config) []string {
 func settingChanges(old, c *config.Config) []string {
 	var out []string
 	for _, k := range config.Keys() {
+		if config.Same(old, c, k) {
+			continue
+		}
 		a, _ := config.Show(old, k)
 		b, _ := config.Show(c, k)
-		if !reflect.DeepEqual(a, b) {
+		if reflect.DeepEqual(a, b) { // a secret: say that it changed, never what to
+			out = append(out, k+": changed")
+		} else {
 			out = append(out, fmt.Sprintf("%s: %v → %v", k, a, b))
 		}
 	}
