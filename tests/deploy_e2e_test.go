@@ -406,34 +406,17 @@ func substituteVars(t *testing.T, q string, vars map[string]string) string {
 // is computed from, which must exist even while the alert is quiet.
 func alertOperands(expr string) []string {
 	var parts []string
-	depth, from := 0, 0
-	var quote byte
-	for i := 0; i < len(expr); i++ {
-		c := expr[i]
-		switch {
-		case quote != 0:
-			if c == '\\' {
-				i++
-			} else if c == quote {
-				quote = 0
-			}
-		case c == '"' || c == '\'' || c == '`':
-			quote = c
-		case c == '(' || c == '{' || c == '[':
-			depth++
-		case c == ')' || c == '}' || c == ']':
-			depth--
-		case depth == 0:
-			for _, op := range []string{"and", "or", "unless"} {
-				if wordAt(expr, i, op) {
-					parts = append(parts, expr[from:i])
-					from = i + len(op)
-					i = from - 1
-					break
-				}
+	from := 0
+	topLevel(expr, func(i int) int {
+		for _, op := range []string{"and", "or", "unless"} {
+			if wordAt(expr, i, op) {
+				parts = append(parts, expr[from:i])
+				from = i + len(op)
+				return len(op) - 1
 			}
 		}
-	}
+		return 0
+	})
 	parts = append(parts, expr[from:])
 	modifier := regexp.MustCompile(`^\s*(on|ignoring|group_left|group_right)\s*(\([^)]*\))?`)
 	for i, part := range parts {
@@ -468,7 +451,31 @@ func TestDeployAlertOperands(t *testing.T) {
 // withoutComparison is expr less a last top-level comparison with a number
 // ("x > 0.9" is "x").
 func withoutComparison(expr string) string {
-	depth, cut := 0, -1
+	cut := -1
+	topLevel(expr, func(i int) int {
+		if !strings.ContainsRune("=!<>", rune(expr[i])) {
+			return 0
+		}
+		rest := strings.TrimLeft(expr[i+1:], "=")
+		rest = strings.TrimPrefix(strings.TrimSpace(rest), "bool ")
+		if _, err := strconv.ParseFloat(strings.TrimSpace(rest), 64); err == nil {
+			cut = i
+		}
+		if i+1 < len(expr) && expr[i+1] == '=' {
+			return 1
+		}
+		return 0
+	})
+	if cut < 0 {
+		return expr
+	}
+	return expr[:cut]
+}
+
+// topLevel calls visit with each index of expr outside brackets and
+// quotes; visit returns how many more bytes to skip.
+func topLevel(expr string, visit func(i int) int) {
+	depth := 0
 	var quote byte
 	for i := 0; i < len(expr); i++ {
 		c := expr[i]
@@ -485,21 +492,10 @@ func withoutComparison(expr string) string {
 			depth++
 		case c == ')' || c == '}' || c == ']':
 			depth--
-		case depth == 0 && strings.ContainsRune("=!<>", rune(c)):
-			rest := strings.TrimLeft(expr[i+1:], "=")
-			rest = strings.TrimPrefix(strings.TrimSpace(rest), "bool ")
-			if _, err := strconv.ParseFloat(strings.TrimSpace(rest), 64); err == nil {
-				cut = i
-			}
-			if i+1 < len(expr) && expr[i+1] == '=' {
-				i++
-			}
+		case depth == 0:
+			i += visit(i)
 		}
 	}
-	if cut < 0 {
-		return expr
-	}
-	return expr[:cut]
 }
 
 func wordAt(s string, i int, w string) bool {
