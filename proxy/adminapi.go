@@ -302,7 +302,10 @@ func amountOf(raw json.RawMessage, ru *rule, unlimitedOK bool) (n int64, unlimit
 			return 0, true, nil
 		}
 		if ru.cost != costUSD {
-			return 0, false, errors.New(`must be a whole number ≥ 0` + map[bool]string{true: ` or "unlimited"`}[unlimitedOK])
+			if unlimitedOK {
+				return 0, false, errors.New(`must be a whole number ≥ 0 or "unlimited"`)
+			}
+			return 0, false, errors.New("must be a whole number ≥ 0")
 		}
 	} else {
 		var num json.Number
