@@ -486,3 +486,38 @@ func TestReloadReportsSecretChanges(t *testing.T) {
 		t.Fatalf("old token still works: %d", code)
 	}
 }
+
+// Every restart-only setting changed in the file is named and keeps its
+// running value.
+func TestReloadKeepsRestartOnlySettings(t *testing.T) {
+	opt, write := configFile(t, "")
+	f := newFixture(t, opt)
+	_, before := f.adminDo(t, "GET", "/admin/config", "", "")
+	write(`
+listen_addr = "127.0.0.1:1"
+admin_addr = "127.0.0.1:2"
+upstream_url = "http://changed.test:1"
+upstream_timeout = "7s"
+redis_url = "redis://127.0.0.1:1/0"
+redis_prefix = "other:"
+redis_timeout = "9ms"
+redis_instances = 3
+fail_open = false
+max_tracked_keys = 5
+refusal_cache_size = 6
+log_format = "json"
+state_file = "/tmp/x"
+state_flush_interval = "3s"
+shutdown_timeout = "4s"
+`)
+	code, m := f.adminDo(t, "POST", "/admin/reload", "", "")
+	if code != 200 || len(m["restart_required"].([]any)) != 14 { // upstream_url comes from the environment, which wins
+		t.Fatalf("%d %v", code, m["restart_required"])
+	}
+	_, after := f.adminDo(t, "GET", "/admin/config", "", "")
+	for _, k := range m["restart_required"].([]any) {
+		if mustString(before[k.(string)]) != mustString(after[k.(string)]) {
+			t.Errorf("%s changed by a reload: %v → %v", k, before[k.(string)], after[k.(string)])
+		}
+	}
+}
