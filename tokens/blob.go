@@ -48,10 +48,19 @@ type partState struct {
 	typ, mediaType, detail, format, filename string
 	image                                    *blob // an image_url's data URL, URL or base64
 	imageSeen                                bool  // an image is referred to (image_url, a source, a file id)
-	imageCosted                              bool  // its cost is added already (an Anthropic source)
+	sources                                  []sourceRef
 	files                                    []*blob
 	result                                   *blob // a "result": text, or a generated image (image_generation_call)
 	storedFile                               bool  // a file_id or file_url: a file the proxy cannot see
+}
+
+// sourceRef is what an Anthropic source says of its data. It is costed
+// with its block, once the block's type is known: a client that sorts
+// keys sends "source" before "type".
+type sourceRef struct {
+	typ, mediaType string
+	data           *blob // base64 or text data, not costed yet
+	remote         bool  // a URL or a stored file
 }
 
 // metadata is where a part keeps the metadata member pk, and how many
@@ -62,10 +71,20 @@ func (ps *partState) metadata(pk partKey) (*string, int) {
 		return &ps.typ, 64
 	case partMediaType:
 		return &ps.mediaType, 128
-	case partDetail:
-		return &ps.detail, 16
 	}
 	return &ps.format, 64
+}
+
+// addDetail records a detail member; an image may have two (in image_url
+// and beside it). It is low detail only if every one says so, whatever
+// their order.
+func (ps *partState) addDetail(d string) {
+	if d == "" {
+		d = "auto"
+	}
+	if d != "low" || ps.detail == "" {
+		ps.detail = d
+	}
 }
 
 // readBlob reads a string value as a blob.
@@ -105,7 +124,8 @@ func (w *walker) imageURL(ps *partState) error {
 				if ok, err := w.is('"'); !ok {
 					return err
 				}
-				ps.detail, err = w.j.stringValue(16)
+				d, err := w.j.stringValue(16)
+				ps.addDetail(d)
 				return err
 			}
 			return w.content()
@@ -129,14 +149,13 @@ func (w *walker) is(k byte) (ok bool, err error) {
 
 // source reads an Anthropic source: {"type":"base64"|"text"|"url"|
 // "content"|"file", "media_type", "data", "url", "content", "file_id"} of
-// an image or document block, or a search result's source string.
+// an image or document block, or a search result's source string. Its
+// data is costed by finishPart, as what its block turns out to be.
 func (w *walker) source(ps *partState) error {
 	if ok, err := w.is('{'); !ok {
 		return err
 	}
-	var st partState
-	var data *blob
-	remote := false
+	var s sourceRef
 	err := w.j.object(func(key []byte) error {
 		k, err := w.j.kind()
 		if err != nil {
@@ -144,44 +163,46 @@ func (w *walker) source(ps *partState) error {
 		}
 		switch name := w.fold(key); {
 		case name == "type" && k == '"':
-			st.typ, err = w.j.stringValue(64)
+			s.typ, err = w.j.stringValue(64)
 			return err
 		case name == "media_type" && k == '"':
-			st.mediaType, err = w.j.stringValue(128)
+			s.mediaType, err = w.j.stringValue(128)
 			return err
-		case name == "data" && k == '"' && (st.typ == "text" || st.typ == "" && strings.HasPrefix(st.mediaType, "text/")):
-			return w.str() // plain text, known as such: counted as it streams
+		case name == "data" && k == '"' && s.typ == "text":
+			return w.str() // text whatever its block: counted as it streams
 		case name == "data" && k == '"':
-			data, err = w.readBlob(blobFile)
+			s.data, err = w.readBlob(blobFile)
 			return err
 		case (name == "url" || name == "file_id") && k == '"':
-			remote = true
+			s.remote = true
 			return w.j.skip()
 		}
 		return w.content()
 	})
-	if err != nil {
-		return err
-	}
-	image := ps.typ == "image" || strings.HasPrefix(st.mediaType, "image/")
+	ps.sources = append(ps.sources, s)
+	return err
+}
+
+// costSource costs an Anthropic source of a part whose members are all
+// known, and reports whether it was an image.
+func (w *walker) costSource(s sourceRef, ps *partState) (image bool, err error) {
+	image = ps.typ == "image" || strings.HasPrefix(s.mediaType, "image/")
 	switch {
-	case data != nil && st.typ == "text":
-		return w.m.valueBytes(data.raw)
-	case data != nil:
+	case s.data != nil && (s.typ == "text" || s.typ == "" && strings.HasPrefix(s.mediaType, "text/")):
+		return false, w.m.valueBytes(s.data.raw)
+	case s.data != nil:
 		if image {
-			data.hint = blobImage
+			s.data.hint = blobImage
 		}
-		ps.imageCosted = image
-		return w.costBlob(data, st.mediaType, "", ps.detail, "")
-	case remote && image:
-		ps.imageCosted = true
-		return w.m.add(w.imageTokens(imageRef{present: true, detail: ps.detail}))
-	case remote:
+		return image, w.costBlob(s.data, s.mediaType, "", ps.detail, "")
+	case s.remote && image:
+		return true, w.m.add(w.imageTokens(imageRef{present: true, detail: ps.detail}))
+	case s.remote:
 		// A document the proxy cannot read (a URL, a stored file): at
 		// least one page of it.
-		return w.m.add(w.pricing().pdfPage())
+		return false, w.m.add(w.pricing().pdfPage())
 	}
-	return nil
+	return false, nil
 }
 
 // file reads an OpenAI chat file part: {"file_data","filename","file_id"}.
@@ -273,12 +294,20 @@ func (w *walker) images() error {
 
 // finishPart costs what a part carried, once all its members are known.
 func (w *walker) finishPart(ps *partState) error {
+	imageCosted := false
+	for _, s := range ps.sources {
+		image, err := w.costSource(s, ps)
+		if err != nil {
+			return err
+		}
+		imageCosted = imageCosted || image
+	}
 	switch {
 	case ps.image != nil:
 		if err := w.costBlob(ps.image, ps.mediaType, "", ps.detail, ""); err != nil {
 			return err
 		}
-	case ps.imageCosted:
+	case imageCosted:
 	case ps.imageSeen || ps.typ == "input_image" || ps.typ == "image":
 		// An image the proxy cannot see (a file id, a bare reference).
 		if err := w.m.add(w.imageTokens(imageRef{present: true, detail: ps.detail})); err != nil {

@@ -251,7 +251,13 @@ func (w *walker) part(msg bool) error {
 				ps.result, err = w.readBlob(blobFile)
 				return err
 			}
-		case partType, partMediaType, partDetail, partFormat:
+		case partDetail:
+			if k == '"' {
+				d, err := w.j.stringValue(16)
+				ps.addDetail(d)
+				return err
+			}
+		case partType, partMediaType, partFormat:
 			if k == '"' {
 				dst, max := ps.metadata(pk)
 				*dst, err = w.j.stringValue(max)
