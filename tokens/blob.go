@@ -317,19 +317,14 @@ type pricing struct {
 }
 
 // pdfPage is what one page of a document costs besides its text.
+// Each page is also shown to the model as an image: priced as a
+// 2048×2048 image at high detail for the request's model (765 on gpt-4o,
+// 1600 on Claude).
 func (p pricing) pdfPage() int {
-	if p.anthropic {
-		return pdfPageAnthropic
-	}
-	return pdfPageOpenAI
+	return imageCost(p.model, p.anthropic, imageRef{present: true, detail: "high", width: 2048, height: 2048})
 }
 
-func (p pricing) image(img imageRef) int {
-	if p.anthropic {
-		return img.anthropicTokens()
-	}
-	return img.openAITokens(p.model)
-}
+func (p pricing) image(img imageRef) int { return imageCost(p.model, p.anthropic, img) }
 
 // costBlob costs one blob: a data URL's media type, else mediaType, the
 // filename's extension or the bytes themselves say what it is.
@@ -456,14 +451,6 @@ func decodeBase64(s []byte, lenient bool) ([]byte, bool) {
 	}
 	return out[:n], true
 }
-
-// Per-page costs of a PDF on top of its text: each page is also shown to
-// the model as an image. OpenAI's page image is priced as the 2048×2048
-// image at high detail on gpt-4o; Anthropic's as its largest image.
-const (
-	pdfPageOpenAI    = 765
-	pdfPageAnthropic = 1600
-)
 
 // pdfLimits bound the reading of one PDF.
 var pdfLimits = pdf.Limits{MaxDecompressed: 32 << 20, Timeout: 2 * time.Second, MaxPages: 100}

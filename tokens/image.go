@@ -6,8 +6,6 @@ import (
 	"image/gif"
 	"image/jpeg"
 	"image/png"
-	"math"
-	"strings"
 )
 
 // imageHead is how much of an image's data URL or base64 data is kept to
@@ -43,53 +41,4 @@ func imageSizeRaw(mediaType string, raw []byte) (int, int) {
 		return 0, 0
 	}
 	return cfg.Width, cfg.Height
-}
-
-// openAITokens is OpenAI's published vision cost for tile-based models:
-// low detail costs the base; an image whose size is unknown (a remote URL,
-// a format not read here) costs a 2048×2048 one; otherwise the image is
-// fitted in 2048×2048, its short side brought down to 768, and each 512 px
-// tile costs the tile price on top of the base. "auto" is counted as high,
-// the upper bound.
-func (img imageRef) openAITokens(model string) int {
-	base, tile := 85, 170
-	m := strings.ToLower(model)
-	switch {
-	case strings.HasPrefix(m, "gpt-4o-mini"):
-		base, tile = 2833, 5667
-	case strings.HasPrefix(m, "gpt-5") && !strings.Contains(m, "mini") && !strings.Contains(m, "nano"):
-		base, tile = 70, 140
-	case strings.HasPrefix(m, "o1") || strings.HasPrefix(m, "o3"):
-		base, tile = 75, 150
-	}
-	if img.detail == "low" {
-		return base
-	}
-	w, h := float64(img.width), float64(img.height)
-	if img.width <= 0 || img.height <= 0 {
-		w, h = 2048, 2048 // a size the proxy cannot read: the largest an image is sent at
-	}
-	if long := math.Max(w, h); long > 2048 {
-		w, h = math.Floor(w*2048/long), math.Floor(h*2048/long)
-	}
-	if short := math.Min(w, h); short > 768 {
-		w, h = math.Floor(w*768/short), math.Floor(h*768/short)
-	}
-	tiles := int(math.Ceil(w/512) * math.Ceil(h/512))
-	return base + tile*tiles
-}
-
-// anthropicTokens is Anthropic's published estimate, width×height/750,
-// after scaling the long edge down to 1568 px, at most ~1600 tokens; an
-// image whose size is unknown is counted at that maximum.
-func (img imageRef) anthropicTokens() int {
-	const maxTokens = 1600
-	if img.width <= 0 || img.height <= 0 {
-		return maxTokens
-	}
-	w, h := float64(img.width), float64(img.height)
-	if long := math.Max(w, h); long > 1568 {
-		w, h = w*1568/long, h*1568/long
-	}
-	return min(int(math.Ceil(w*h/750)), maxTokens)
 }
