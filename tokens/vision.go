@@ -24,6 +24,15 @@ import (
 // estimate is an upper bound of the bill. A model no row names is priced at
 // the highest family's price for the image at hand.
 
+// imageRef is an image part of a request: its detail and, when its bytes
+// are inline and walk as an image, its dimensions.
+type imageRef struct {
+	present bool
+	detail  string
+	width   int
+	height  int
+}
+
 // visionKind is a pricing formula.
 type visionKind uint8
 
