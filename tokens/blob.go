@@ -9,6 +9,7 @@ import (
 	"path"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/audio"
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/pdf"
@@ -346,19 +347,14 @@ type pricing struct {
 }
 
 // pdfPage is what one page of a document costs besides its text.
+// Each page is also shown to the model as an image: priced as a
+// 2048×2048 image at high detail for the request's model (765 on gpt-4o,
+// 1600 on Claude).
 func (p pricing) pdfPage() int {
-	if p.anthropic {
-		return pdfPageAnthropic
-	}
-	return pdfPageOpenAI
+	return imageCost(p.model, p.anthropic, imageRef{present: true, detail: "high", width: 2048, height: 2048})
 }
 
-func (p pricing) image(img imageRef) int {
-	if p.anthropic {
-		return img.anthropicTokens()
-	}
-	return img.openAITokens(p.model)
-}
+func (p pricing) image(img imageRef) int { return imageCost(p.model, p.anthropic, img) }
 
 // costBlob costs one blob: a data URL's media type, else mediaType, the
 // filename's extension or the bytes themselves say what it is.
@@ -397,9 +393,6 @@ func (w *walker) costBlob(b *blob, mediaType, filename, detail, format string) e
 		return w.m.add(w.pricing().pdfPage())
 	}
 	var data []byte
-	if b.hint == blobImage {
-		payload = payload[:min(len(payload), imageHead/3*4)] // the dimensions are in the head
-	}
 	if isBase64 {
 		var ok bool
 		data, ok = decodeBase64(payload, declared || b.hint != blobFile)
@@ -417,7 +410,7 @@ func (w *walker) costBlob(b *blob, mediaType, filename, detail, format string) e
 		data = []byte(u)
 	}
 	over := b.size - int64(len(b.raw)) // past maxBlob: not kept
-	if over > 0 && b.hint != blobImage {
+	if over > 0 {
 		if err := w.m.add(unreadableTokens(over)); err != nil {
 			return err
 		}
@@ -486,14 +479,6 @@ func decodeBase64(s []byte, lenient bool) ([]byte, bool) {
 	return out[:n], true
 }
 
-// Per-page costs of a PDF on top of its text: each page is also shown to
-// the model as an image. OpenAI's page image is priced as the 2048×2048
-// image at high detail on gpt-4o; Anthropic's as its largest image.
-const (
-	pdfPageOpenAI    = 765
-	pdfPageAnthropic = 1600
-)
-
 // pdfLimits bound the reading of one PDF.
 var pdfLimits = pdf.Limits{MaxDecompressed: 32 << 20, Timeout: 2 * time.Second, MaxPages: 100}
 
@@ -507,12 +492,7 @@ func (m *meter) costFile(kind string, data []byte, fi fileInfo, p pricing) error
 	case "text":
 		return m.valueBytes(data)
 	case "image":
-		img := imageRef{present: true, detail: fi.detail}
-		img.width, img.height = imageSizeRaw(fi.mediaType, data[:min(len(data), imageHead)])
-		if img.width == 0 {
-			img.width, img.height = rawImageSize(data[:min(len(data), imageHead)])
-		}
-		return m.add(p.image(img))
+		return m.costImage(data, fi.detail, p)
 	case "pdf":
 		return m.costPDF(data, p)
 	case "audio":
@@ -521,6 +501,59 @@ func (m *meter) costFile(kind string, data []byte, fi fileInfo, p pricing) error
 		return m.add(audio.Tokens(a.Duration()))
 	}
 	return m.add(unreadableTokens(int64(len(data))))
+}
+
+// costImage adds what an image file costs: its price by its size for the
+// request's model (the largest image's when no walk checks out), and, as
+// text, every byte the walk did not check, and the free text and pixel
+// data inside it that are text.
+func (m *meter) costImage(data []byte, detail string, p pricing) error {
+	l, ok := readImage(data)
+	img := imageRef{present: true, detail: detail}
+	if ok {
+		img.width, img.height = l.width, l.height
+	}
+	if err := m.add(p.image(img)); err != nil {
+		return err
+	}
+	for _, s := range append(l.text, l.data...) {
+		if err := textRuns(data[s.from:s.to], m.valueBytes); err != nil {
+			return err
+		}
+	}
+	return m.valueBytes(data[l.end:])
+}
+
+// minTextRun is the shortest run of text textRuns hands on. In random
+// bytes a run this long of text characters almost never comes (a 4 MB PNG
+// of noise has none); it is applied only inside a checked structure, to
+// what a format carries beside its pixels (comments, text chunks) and to
+// the pixel data, none of which the model is shown as text.
+const minTextRun = 32
+
+// textRuns hands sink every run of at least minTextRun bytes of b that
+// reads as text (UTF-8 without control characters but white space): the
+// text a reader of b as text would see, however the runs are separated.
+func textRuns(b []byte, sink func([]byte) error) error {
+	start := 0
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r >= 0x20 && r != 0x7f && r != utf8.RuneError || r == '\t' || r == '\n' || r == '\r' {
+			i += size
+			continue
+		}
+		if i-start >= minTextRun {
+			if err := sink(b[start:i]); err != nil {
+				return err
+			}
+		}
+		i += size
+		start = i
+	}
+	if len(b)-start >= minTextRun {
+		return sink(b[start:])
+	}
+	return nil
 }
 
 // costPDF adds a PDF's text, its pages and what could not be read of it.

@@ -1,7 +1,6 @@
 package tokens_test
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -492,10 +491,8 @@ func TestDisguisesFromReview(t *testing.T) {
 		}
 	}
 	// A replayed generated image costs an image, not its base64 as text.
-	var png bytes.Buffer
-	png.WriteString("\x89PNG\r\n\x1a\n")
-	png.Write(bytes.Repeat([]byte{0}, 200<<10))
-	body := `{"model":"gpt-4.1","input":[{"type":"image_generation_call","id":"ig_1","status":"completed","result":"` + base64.StdEncoding.EncodeToString(png.Bytes()) + `"},{"role":"user","content":"thanks"}]}`
+	png := noisePNG(t, 300, 300) // ~270 KB
+	body := `{"model":"gpt-4.1","input":[{"type":"image_generation_call","id":"ig_1","status":"completed","result":"` + base64.StdEncoding.EncodeToString(png) + `"},{"role":"user","content":"thanks"}]}`
 	if est := estimate(t, tokens.FormatResponses, "application/json", body, limit); est.Tokens > limit {
 		t.Errorf("a replayed generated image: %+v", est)
 	}

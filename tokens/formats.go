@@ -359,5 +359,7 @@ func (w *walker) schema(tools bool) error {
 			return w.schema(tools)
 		})
 	}
-	return w.j.skip()
+	// Numbers, booleans and nulls are shown to the model as written: an
+	// enum of 15,000 numbers is not free.
+	return w.j.teeValue(w.m.valueBytes)
 }

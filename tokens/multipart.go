@@ -145,18 +145,8 @@ func countFile(part *multipart.Part, p pricing, m *meter) error {
 			return err
 		}
 		return countText(part, m)
-	case "image":
-		data := append([]byte(nil), head[:n]...)
-		more, err := io.ReadAll(io.LimitReader(part, imageHead-int64(n)))
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(io.Discard, part); err != nil {
-			return err
-		}
-		return m.costFile(kind, append(data, more...), fi, p)
-	case "pdf":
-		// A PDF is read at random: it is held whole (the file cap bounds it).
+	case "image", "pdf":
+		// Held whole (the file cap bounds it): every byte is walked.
 		data := append([]byte(nil), head[:n]...)
 		rest, err := io.ReadAll(io.LimitReader(part, maxBlob))
 		if err != nil {
@@ -247,15 +237,6 @@ func looksLikeText(b []byte) bool {
 		i += size
 	}
 	return true
-}
-
-func rawImageSize(data []byte) (int, int) {
-	for _, mt := range []string{"image/png", "image/jpeg", "image/gif"} {
-		if w, h := imageSizeRaw(mt, data); w > 0 {
-			return w, h
-		}
-	}
-	return 0, 0
 }
 
 // maxParsedForm is the largest URL-encoded form parsed in memory: a
