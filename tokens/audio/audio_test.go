@@ -84,10 +84,10 @@ func at(samples, rate int64) time.Duration {
 // long they decode to (FFmpeg 5.1, decoded samples ÷ sample rate), and
 // the most the bound may exceed that by.
 var realFiles = map[string]struct{ want, slack time.Duration }{
-	"oggenc.ogg":              {at(33999, 16000), 100 * time.Millisecond},  // every packet a long block
+	"oggenc.ogg":              {at(33999, 16000), 100 * time.Millisecond}, // every packet a long block
 	"ffmpeg-vorbis.ogg":       {at(33999, 16000), 100 * time.Millisecond},
-	"opusenc.opus":            {at(101997, 48000), 40 * time.Millisecond},  // pre-skip and end trimming
-	"ffmpeg-aac.m4a":          {at(34816, 16000), 300 * time.Millisecond},  // 1024 a frame, priming included
+	"opusenc.opus":            {at(101997, 48000), 40 * time.Millisecond}, // pre-skip and end trimming
+	"ffmpeg-aac.m4a":          {at(34816, 16000), 300 * time.Millisecond}, // 1024 a frame, priming included
 	"ffmpeg-aac-frag.mp4":     {at(35840, 16000), 300 * time.Millisecond},
 	"ffmpeg-opus.webm":        {at(101997, 48000), 40 * time.Millisecond},
 	"ffmpeg-opus-stream.webm": {at(101997, 48000), 40 * time.Millisecond}, // to a pipe: no sizes

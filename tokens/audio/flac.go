@@ -18,7 +18,10 @@ func (r *reader) flac() {
 	for last := false; !last && p+4 <= len(r.data) && r.ok(); {
 		typ, n := r.data[p]&0x7F, int(r.data[p+1])<<16|int(r.data[p+2])<<8|int(r.data[p+3])
 		last = r.data[p]&0x80 != 0
-		end := p + 4 + min(n, len(r.data)-p-4)
+		if typ > 6 || n > len(r.data)-p-4 {
+			break // not a metadata block: the frames are looked for from here
+		}
+		end := p + 4 + n
 		r.account(p, p+4)
 		switch body := r.data[p+4 : end]; {
 		case typ == 0 && n == 34 && len(body) == 34:

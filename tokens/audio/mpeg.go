@@ -5,9 +5,10 @@ import "bytes"
 // mpeg reads MPEG audio (MP3, layers I and II of MPEG-1, 2 and 2.5): the
 // ID3v2 tags at the start, then frame after frame, each frame whose
 // header is valid and whose length fits in the file accounted for at its
-// samples. Bytes between frames are raw, and so is a last frame cut
-// short, any tag after the frames (ID3v1, APE) and free-format frames,
-// whose length the header does not give.
+// samples, provided another frame, an ID3v1 tag or the end of the file
+// follows it (as a decoder confirms its sync). Bytes between frames are
+// raw, and so is a last frame cut short, any tag after the frames (ID3v1,
+// APE) and free-format frames, whose length the header does not give.
 func (r *reader) mpeg() {
 	p := 0
 	for n := id3Len(r.data); n > 0 && r.ok(); n = id3Len(r.data[p:]) {
@@ -15,7 +16,7 @@ func (r *reader) mpeg() {
 		p += n
 	}
 	for p < len(r.data) && r.ok() {
-		if h := mpegAt(r.data, p); h.size > 0 && h.size <= len(r.data)-p {
+		if h := mpegAt(r.data, p); h.size > 0 && h.size <= len(r.data)-p && mpegFollowed(r.data[p+h.size:]) {
 			r.account(p, p+h.size)
 			r.addNs(h.samples, h.rate)
 			p += h.size
@@ -27,6 +28,11 @@ func (r *reader) mpeg() {
 		}
 		p += 1 + i
 	}
+}
+
+// mpegFollowed reports whether what follows a frame confirms it.
+func mpegFollowed(b []byte) bool {
+	return len(b) == 0 || mpegAt(b, 0).size > 0 || bytes.HasPrefix(b, []byte("TAG"))
 }
 
 // id3Len is the length of the ID3v2 tag at the start of b (with its

@@ -179,4 +179,3 @@ func vorbisStream(serial uint32, rate uint32, e0, e1 byte, setup []byte, segs in
 	out = append(out, w.write(0, 0, segs, zero, vorbisComment(), setup)...)
 	return append(out, w.write(0, 4, 255, gran, pks...)...)
 }
-

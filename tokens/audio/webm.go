@@ -34,6 +34,9 @@ func (r *reader) ebml() {
 		opus   bool
 	}
 	var tracks []track
+	if !ebmlHeader(r.data) {
+		return // raw
+	}
 	for p := 0; p < len(r.data) && r.ok(); {
 		id, n := ebmlVint(r.data[p:], true)
 		size, m := ebmlVint(r.data[min(p+n, len(r.data)):], false)
@@ -74,6 +77,25 @@ func (r *reader) ebml() {
 		}
 		p = end
 	}
+}
+
+// ebmlHeader reports whether b starts with an EBML header element whose
+// body is all elements of the header.
+func ebmlHeader(b []byte) bool {
+	size, m := ebmlVint(b[4:], false)
+	if m == 0 || size > 255 || int(size) > len(b)-4-m {
+		return false
+	}
+	body := b[4+m : 4+m+int(size)]
+	for len(body) > 0 {
+		id, n := ebmlVint(body, true)
+		size, m := ebmlVint(body[n:], false)
+		if n != 2 || m == 0 || ebmlKinds[uint32(id)] != 'u' && id != idDocType || size > uint64(len(body)-n-m) {
+			return false
+		}
+		body = body[n+m+int(size):]
+	}
+	return true
 }
 
 // opusBlock counts the Opus frames of a block's data[p:end].
