@@ -67,6 +67,7 @@ func Measure(data []byte, lim Limits, raw func([]byte) error) (Result, error) {
 		r.maxSteps = int64(len(data))
 	}
 	r.sniff()
+	r.flushNs()
 	r.account(len(data), len(data)) // the rest is raw
 	res := Result{
 		Duration:    time.Duration(r.ns),
@@ -90,9 +91,10 @@ type reader struct {
 
 	steps, maxSteps int64
 
-	ns    int64 // duration of the accounted frames, in nanoseconds
-	pcm   []byte
-	pcmNs int64
+	ns            int64 // duration of the accounted frames, in nanoseconds
+	samples, rate int64 // samples at one rate not yet in ns
+	pcm           []byte
+	pcmNs         int64
 }
 
 // ok charges one step and reports whether reading may go on.
@@ -124,11 +126,22 @@ func (r *reader) account(off, end int) {
 	r.pos = end
 }
 
-// addNs adds n samples at rate Hz to the duration, rounded up.
+// addNs adds n samples at rate Hz to the duration, rounded up. Runs of
+// one rate are added up first: a division a frame would cost more than
+// the frame's parsing.
 func (r *reader) addNs(n, rate int64) {
-	if n > 0 && rate > 0 {
-		r.ns = addSat(r.ns, mulDivCeil(n, 1e9, rate))
+	if rate != r.rate {
+		r.flushNs()
+		r.rate = rate
 	}
+	r.samples = addSat(r.samples, n)
+}
+
+func (r *reader) flushNs() {
+	if r.samples > 0 && r.rate > 0 {
+		r.ns = addSat(r.ns, mulDivCeil(r.samples, 1e9, r.rate))
+	}
+	r.samples = 0
 }
 
 // sniff recognises the format by its first bytes and reads the file.

@@ -125,11 +125,10 @@ func flacAt(b []byte, p int, streamRate int64) flacHeader {
 	return flacHeader{at: p, size: n + 1, max: int(32 + ch*(4+samples*33/8)), samples: samples, rate: rate}
 }
 
-// crc8 is FLAC's header CRC (polynomial x⁸+x²+x+1).
-func crc8(b []byte) byte {
-	var c byte
-	for _, v := range b {
-		c ^= v
+// crc8Table is FLAC's header CRC (polynomial x⁸+x²+x+1) by byte.
+var crc8Table = func() (t [256]byte) {
+	for i := range t {
+		c := byte(i)
 		for range 8 {
 			if c&0x80 != 0 {
 				c = c<<1 ^ 0x07
@@ -137,6 +136,15 @@ func crc8(b []byte) byte {
 				c <<= 1
 			}
 		}
+		t[i] = c
+	}
+	return t
+}()
+
+func crc8(b []byte) byte {
+	var c byte
+	for _, v := range b {
+		c = crc8Table[c^v]
 	}
 	return c
 }

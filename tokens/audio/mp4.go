@@ -45,14 +45,17 @@ type mp4Reader struct {
 	budget  int64     // sample bytes mdat may still account for
 }
 
-// mp4Containers are the boxes whose body is boxes.
-var mp4Containers = map[string]bool{"moov": true, "trak": true, "mdia": true, "minf": true, "stbl": true,
-	"moof": true, "traf": true, "mvex": true, "edts": true, "dinf": true}
-
-// mp4Numbers are small boxes of numbers only, accounted for whole.
-var mp4Numbers = map[string]bool{"mvhd": true, "mdhd": true, "smhd": true, "elst": true,
-	"mehd": true, "mfhd": true, "tfdt": true, "dref": true, "stss": true, "sdtp": true, "sgpd": true,
-	"sbgp": true, "iods": true, "btrt": true}
+// mp4Kind says how a box is read: 'c' a container of boxes, 'n' a small
+// box of numbers only, accounted for whole; 0 any other box.
+func mp4Kind(typ string) byte {
+	switch typ {
+	case "moov", "trak", "mdia", "minf", "stbl", "moof", "traf", "mvex", "edts", "dinf":
+		return 'c'
+	case "mvhd", "mdhd", "smhd", "elst", "mehd", "mfhd", "tfdt", "dref", "stss", "sdtp", "sgpd", "sbgp", "iods", "btrt":
+		return 'n'
+	}
+	return 0
+}
 
 // boxes walks the boxes in data[p:end].
 func (m *mp4Reader) boxes(p, end, depth int) {
@@ -71,8 +74,8 @@ func (m *mp4Reader) boxes(p, end, depth int) {
 		}
 		next := p + int(min(size, int64(end-p)))
 		body := p + hdr
-		switch {
-		case mp4Containers[typ] && depth < 8:
+		switch kind := mp4Kind(typ); {
+		case kind == 'c' && depth < 8:
 			r.account(p, body)
 			if typ == "trak" && m.collect {
 				m.cur = &mp4Track{}
@@ -87,7 +90,7 @@ func (m *mp4Reader) boxes(p, end, depth int) {
 			r.account(body, body+k)
 			m.budget -= int64(k)
 		case typ == "ftyp" && size <= 64 && size%4 == 0,
-			mp4Numbers[typ] && size <= 256,
+			kind == 'n' && size <= 256,
 			m.leaf(typ, r.data[body:next]):
 			r.account(p, next)
 		}
@@ -117,7 +120,13 @@ func (m *mp4Reader) leaf(typ string, b []byte) bool {
 		}
 		return len(b) <= 256
 	case "stts", "ctts", "stsc", "stco", "co64":
-		width := map[string]int64{"stts": 8, "ctts": 8, "stsc": 12, "stco": 4, "co64": 8}[typ]
+		width := int64(8)
+		switch typ {
+		case "stsc":
+			width = 12
+		case "stco":
+			width = 4
+		}
 		return int64(len(b)) == 8+n*width
 	case "stsd":
 		if m.collect && m.cur != nil && n >= 1 {

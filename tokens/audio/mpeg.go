@@ -36,7 +36,7 @@ func mpegFollowed(b []byte) bool {
 }
 
 // id3Len is the length of the ID3v2 tag at the start of b (with its
-// footer), 0 if there is none.
+// footer), 0 if there is none or it does not fit in b.
 func id3Len(b []byte) int {
 	if len(b) < 10 || string(b[:3]) != "ID3" || b[3] < 2 || b[3] > 4 || b[4] == 0xFF ||
 		(b[6]|b[7]|b[8]|b[9])&0x80 != 0 {
@@ -46,7 +46,10 @@ func id3Len(b []byte) int {
 	if b[3] == 4 && b[5]&0x10 != 0 {
 		n += 10
 	}
-	return min(n, len(b))
+	if n > len(b) {
+		return 0 // a tag longer than the file is not one
+	}
+	return n
 }
 
 // id3 reads the n-byte tag at p: its header and the padding of zeros that

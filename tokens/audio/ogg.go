@@ -13,7 +13,8 @@ import "bytes"
 func (r *reader) ogg() {
 	var streams []*oggStream
 	for p := 0; p < len(r.data) && r.ok(); {
-		n := oggPageLen(r.data[p:])
+		n, checked := oggPageLen(r.data[p:])
+		r.steps += int64(checked / 2) // the CRC's work: a page may claim 64 KiB
 		if n == 0 {
 			i := bytes.Index(r.data[p+1:], []byte("OggS"))
 			if i < 0 {
@@ -49,24 +50,25 @@ type oggStream struct {
 }
 
 // oggPageLen is the length of the page at the start of b, 0 if b does not
-// start with a whole page with a good CRC.
-func oggPageLen(b []byte) int {
+// start with a whole page with a good CRC; checked is how many bytes the
+// CRC was computed over.
+func oggPageLen(b []byte) (n, checked int) {
 	if len(b) < 27 || string(b[:4]) != "OggS" || b[4] != 0 || len(b) < 27+int(b[26]) {
-		return 0
+		return 0, 0
 	}
-	n := 27 + int(b[26])
+	n = 27 + int(b[26])
 	for _, l := range b[27:n] {
 		n += int(l)
 	}
 	if n > len(b) {
-		return 0
+		return 0, 0
 	}
 	c := crc32Ogg(0, b[:22])
 	c = crc32Ogg(c, []byte{0, 0, 0, 0})
 	if crc32Ogg(c, b[26:n]) != le.Uint32(b[22:]) {
-		return 0
+		return 0, n
 	}
-	return n
+	return n, n
 }
 
 // oggPage reads the n-byte page at p and returns the streams.
@@ -98,6 +100,11 @@ func (r *reader) oggPage(p, n int, streams []*oggStream) []*oggStream {
 	for i, l := range lacing {
 		off += int(l)
 		if l == 255 && i < len(lacing)-1 {
+			continue
+		}
+		if l == 0 && !s.open && s.packets >= 2 && !s.vorbis { // an empty Opus packet: lost, 120 ms
+			s.packets++
+			s.samples += 48 * 120
 			continue
 		}
 		if !s.open {

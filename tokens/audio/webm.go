@@ -10,18 +10,21 @@ const (
 	idBlock       = 0xA1
 )
 
-// ebmlKinds says how an element is read: 'm' a master, whose children
+// ebmlKind says how an element is read: 'm' a master, whose children
 // follow (the walk is flat: nesting costs nothing), 'u' a number of at
-// most 8 bytes, accounted for whole; strings, binaries and elements of
-// other IDs (tags, attachments, Void, CodecPrivate) are raw.
-var ebmlKinds = map[uint32]byte{
-	0x1A45DFA3: 'm', 0x4286: 'u', 0x42F7: 'u', 0x42F2: 'u', 0x42F3: 'u', 0x4287: 'u', 0x4285: 'u', // EBML header
-	0x18538067: 'm', 0x114D9B74: 'm', 0x4DBB: 'm', 0x53AB: 'u', 0x53AC: 'u', // Segment, SeekHead
-	0x1549A966: 'm', 0x2AD7B1: 'u', 0x4489: 'u', 0x4461: 'u', // Info
-	0x1654AE6B: 'm', idTrackEntry: 'm', idTrackNumber: 'u', 0x73C5: 'u', 0x83: 'u', 0x9C: 'u', 0x56AA: 'u',
-	0x56BB: 'u', 0xE1: 'm', 0xB5: 'u', 0x9F: 'u', 0x6264: 'u', 0x88: 'u', 0xB9: 'u', 0x55AA: 'u', 0x23E383: 'u', // Tracks
-	0x1F43B675: 'm', 0xE7: 'u', 0xA0: 'm', 0x9B: 'u', 0xFB: 'u', 0xA7: 'u', 0xAB: 'u', // Cluster
-	0x1C53BB6B: 'm', 0xBB: 'm', 0xB3: 'u', 0xB7: 'm', 0xF7: 'u', 0xF1: 'u', 0xF0: 'u', 0xB2: 'u', 0x5378: 'u', // Cues
+// most 8 bytes, accounted for whole; 0 for strings, binaries and elements
+// of other IDs (tags, attachments, Void, CodecPrivate), which are raw.
+func ebmlKind(id uint64) byte {
+	switch id {
+	case 0x1A45DFA3, 0x18538067, 0x114D9B74, 0x4DBB, 0x1549A966, 0x1654AE6B, idTrackEntry, 0xE1, 0x1F43B675, 0xA0,
+		0x1C53BB6B, 0xBB, 0xB7: // EBML header, Segment, SeekHead, Info, Tracks, Cluster, Cues and their masters
+		return 'm'
+	case 0x4286, 0x42F7, 0x42F2, 0x42F3, 0x4287, 0x4285, 0x53AB, 0x53AC, 0x2AD7B1, 0x4489, 0x4461,
+		idTrackNumber, 0x73C5, 0x83, 0x9C, 0x56AA, 0x56BB, 0xB5, 0x9F, 0x6264, 0x88, 0xB9, 0x55AA, 0x23E383,
+		0xE7, 0x9B, 0xFB, 0xA7, 0xAB, 0xB3, 0xF7, 0xF1, 0xF0, 0xB2, 0x5378:
+		return 'u'
+	}
+	return 0
 }
 
 // ebml reads Matroska or WebM element by element. Blocks of Opus tracks
@@ -45,7 +48,7 @@ func (r *reader) ebml() {
 		}
 		body := p + n + m
 		end := body + int(min(size, uint64(len(r.data)-body)))
-		switch kind := ebmlKinds[uint32(id)]; {
+		switch kind := ebmlKind(id); {
 		case kind == 'm':
 			r.account(p, body)
 			if id == idTrackEntry && len(tracks) < maxStreams {
@@ -90,7 +93,7 @@ func ebmlHeader(b []byte) bool {
 	for len(body) > 0 {
 		id, n := ebmlVint(body, true)
 		size, m := ebmlVint(body[n:], false)
-		if n != 2 || m == 0 || ebmlKinds[uint32(id)] != 'u' && id != idDocType || size > uint64(len(body)-n-m) {
+		if n != 2 || m == 0 || ebmlKind(id) != 'u' && id != idDocType || size > uint64(len(body)-n-m) {
 			return false
 		}
 		body = body[n+m+int(size):]
@@ -106,7 +109,7 @@ func (r *reader) opusBlock(p, end int, laced bool) {
 		units = 48 * frames
 	}
 	r.account(p, p+int(min(int64(end-p), 8+frames*(2+48*1277))))
-	r.ns = addSat(r.ns, units*2500000)
+	r.addNs(units, 400) // 2.5 ms units
 }
 
 // ebmlVint reads a variable-length integer at the start of b: an element
