@@ -72,7 +72,7 @@ func BenchmarkHostile(b *testing.B) {
 // more than 25 ms of CPU a MiB (CPU time of the thread, best of 3: the
 // machine may be shared).
 func TestHostileFast(t *testing.T) {
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		t.Skip("timing")
 	}
 	runtime.LockOSThread()
