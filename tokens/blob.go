@@ -496,9 +496,7 @@ func (m *meter) costFile(kind string, data []byte, fi fileInfo, p pricing) error
 	case "pdf":
 		return m.costPDF(data, p)
 	case "audio":
-		a := audio.NewMeter(firstNonEmpty(fi.format, fi.mediaType))
-		a.Write(data)
-		return m.add(audio.Tokens(a.Duration()))
+		return m.costAudio(data)
 	}
 	return m.add(unreadableTokens(int64(len(data))))
 }
@@ -573,11 +571,29 @@ func (m *meter) costPDF(data []byte, p pricing) error {
 	return m.add(res.Pages*p.pdfPage() + unreadableTokens(res.Unread))
 }
 
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
+// costAudio adds an audio file's cost: its duration at the audio rate,
+// the bytes the reader did not account for as text, and the samples of
+// uncompressed audio at the higher of their two readings, sound and text.
+// A file past the reading bound costs more than any sane cap.
+func (m *meter) costAudio(data []byte) error {
+	res, err := audio.Measure(data, audio.Limits{MaxSteps: int64(len(data))}, m.text)
+	if errors.Is(err, audio.ErrBound) {
+		return m.add(unreadableTokens(maxBlob))
 	}
-	return ""
+	if err != nil {
+		return err
+	}
+	if err := m.endText(); err != nil {
+		return err
+	}
+	if err := m.add(audio.Tokens(res.Duration)); err != nil {
+		return err
+	}
+	// Samples are any bytes: they cost the higher of their sound and of
+	// the text they hold (runs of text, as inside an image).
+	pcm := &meter{c: m.c, limit: m.budget()}
+	if err := textRuns(res.PCM, pcm.valueBytes); err != nil && !errors.Is(err, errStop) {
+		return err
+	}
+	return m.add(max(pcm.total, audio.Tokens(res.PCMDuration)))
 }

@@ -1,6 +1,7 @@
 package tokens_test
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -316,32 +317,84 @@ func wav(seconds int) []byte {
 	return b
 }
 
+// mp3 is an MP3 a little longer than the given seconds: MPEG-1 layer III
+// frames of 128 kbit/s at 44.1 kHz (417 bytes, 26.1 ms each).
+func mp3(seconds int) []byte {
+	frame := make([]byte, 417)
+	copy(frame, "\xff\xfb\x90\xc4")
+	return bytes.Repeat(frame, seconds*44100/1152+1)
+}
+
 // Audio costs its duration: a long recording is over the cap in every
-// dress, a short one is not.
+// dress, a short one is not. The samples of a WAV file can be any bytes:
+// they cost the higher of their sound and the text runs they hold.
 func TestAudioDuration(t *testing.T) {
 	const limit = 2000
-	long, short := base64.StdEncoding.EncodeToString(wav(250)), base64.StdEncoding.EncodeToString(wav(2))
 	for name, body := range map[string]func(string) string{
 		"input_audio": func(d string) string {
 			return `{"model":"gpt-4o-audio-preview","messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"` + d + `","format":"wav"}}]}]}`
 		},
 		"input_audio, format lies": func(d string) string {
-			return `{"model":"gpt-4o-audio-preview","messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{"format":"mp3","data":"` + d + `"}}]}]}`
+			return `{"model":"gpt-4o-audio-preview","messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{"format":"flac","data":"` + d + `"}}]}]}`
 		},
 		"file part, audio data URL": func(d string) string {
 			return `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"file","file":{"file_data":"data:audio/wav;base64,` + d + `"}}]}]}`
 		},
 	} {
-		over := estimate(t, tokens.FormatChat, "application/json", body(long), limit)
-		under := estimate(t, tokens.FormatChat, "application/json", body(short), limit)
-		if over.Tokens <= limit || under.Tokens > 100 {
-			t.Errorf("%s: 250 s %+v, 2 s %+v", name, over, under)
+		for _, long := range [][]byte{wav(250), mp3(250)} {
+			if est := estimate(t, tokens.FormatChat, "application/json", body(base64.StdEncoding.EncodeToString(long)), limit); est.Tokens <= limit {
+				t.Errorf("%s: 250 s: %+v", name, est)
+			}
+		}
+		under := estimate(t, tokens.FormatChat, "application/json", body(base64.StdEncoding.EncodeToString(mp3(2))), limit)
+		if under.Tokens < 21 || under.Tokens > 100 {
+			t.Errorf("%s: 2 s MP3: %+v", name, under)
+		}
+		if est := estimate(t, tokens.FormatChat, "application/json", body(base64.StdEncoding.EncodeToString(wav(1))), -1); est.Tokens > 100 {
+			t.Errorf("%s: 1 s WAV: %+v", name, est)
+		}
+		// Samples that are prose cost the prose.
+		prosy := wav(1)
+		prose := strings.Repeat("Summarise the attached minutes of the board meeting. ", 160)[:len(prosy)-44]
+		copy(prosy[44:], prose)
+		if est, want := estimate(t, tokens.FormatChat, "application/json", body(base64.StdEncoding.EncodeToString(prosy)), -1), n(t, "gpt-4o", prose); est.Tokens < want {
+			t.Errorf("%s: 1 s WAV of prose: %+v, the prose: %d", name, est, want)
 		}
 	}
 	// Uploaded, too.
-	mp, ct := multipartBody(t, map[string]string{"message": "transcribe"}, [3]string{"a.wav", "audio/wav", string(wav(250))})
-	if est := estimate(t, tokens.FormatSeedChat, ct, mp, limit); est.Tokens <= limit {
-		t.Errorf("uploaded 250 s WAV: %+v", est)
+	for _, long := range [][]byte{wav(250), mp3(250)} {
+		mp, ct := multipartBody(t, map[string]string{"message": "transcribe"}, [3]string{"a.wav", "audio/wav", string(long)})
+		if est := estimate(t, tokens.FormatSeedChat, ct, mp, limit); est.Tokens <= limit {
+			t.Errorf("uploaded 250 s: %+v", est)
+		}
+	}
+	mp, ct := multipartBody(t, map[string]string{"message": "transcribe"}, [3]string{"a.mp3", "audio/mpeg", string(mp3(2))})
+	if est := estimate(t, tokens.FormatSeedChat, ct, mp, limit); est.Tokens > 100 {
+		t.Errorf("uploaded 2 s MP3: %+v", est)
+	}
+}
+
+// A text file that starts with an audio format's signature is text: the
+// prose after the signature costs at least what it costs as text, as a
+// data URL and as an upload.
+func TestAudioSignatureThenProse(t *testing.T) {
+	var prose strings.Builder
+	for i := 0; prose.Len() < 95<<10; i++ {
+		fmt.Fprintf(&prose, "Paragraph %d: the quick brown fox jumps over the lazy dog %d times.\n", i, i*7%13)
+	}
+	want := n(t, "gpt-4o", prose.String())
+	for _, sig := range []string{"ID3", "ID3\x04\x00\x00", "RIFF", "RIFF\x00\x00\x00\x00WAVE", "OggS", "fLaC", "\x1aE\xdf\xa3",
+		"\x00\x00\x00\x18ftypM4A \x00\x00\x02\x00isomiso2", "\xff\xfb\x90\xc4"} {
+		file := sig + prose.String()
+		data := `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"file","file":{"file_data":"data:audio/mpeg;base64,` +
+			base64.StdEncoding.EncodeToString([]byte(file)) + `"}}]}]}`
+		if est := estimate(t, tokens.FormatChat, "application/json", data, -1); est.Tokens < want {
+			t.Errorf("%q then prose, as a data URL: %d tokens, the prose alone %d", sig, est.Tokens, want)
+		}
+		mp, ct := multipartBody(t, map[string]string{"message": "x"}, [3]string{"a.mp3", "audio/mpeg", file})
+		if est := estimate(t, tokens.FormatSeedChat, ct, mp, -1); est.Tokens < want {
+			t.Errorf("%q then prose, uploaded: %d tokens, the prose alone %d", sig, est.Tokens, want)
+		}
 	}
 }
 

@@ -9,8 +9,6 @@ import (
 	"net/url"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/audio"
 )
 
 // formParams are the form fields that are parameters, not text: every
@@ -154,12 +152,21 @@ func countFile(part *multipart.Part, p pricing, m *meter) error {
 		}
 		return m.costFile(kind, append(data, rest...), fi, p)
 	case "audio":
-		a := audio.NewMeter(mediaType)
-		a.Write(head[:n])
-		if _, err := io.Copy(a, part); err != nil {
+		// Audio is read whole, as a PDF is (the file cap bounds it); bytes
+		// past maxBlob cost the size rule.
+		data := append([]byte(nil), head[:n]...)
+		rest, err := io.ReadAll(io.LimitReader(part, maxBlob))
+		if err != nil {
 			return err
 		}
-		return m.add(audio.Tokens(a.Duration()))
+		over, err := io.Copy(io.Discard, part)
+		if err != nil {
+			return err
+		}
+		if err := m.add(unreadableTokens(over)); err != nil {
+			return err
+		}
+		return m.costFile(kind, append(data, rest...), fi, p)
 	}
 	total := int64(n)
 	var buf [32 << 10]byte

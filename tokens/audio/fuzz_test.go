@@ -6,87 +6,77 @@ import (
 	"path/filepath"
 	"sort"
 	"testing"
-	"time"
 )
 
-// FuzzMeter feeds random bytes in random pieces: the meter must not panic,
-// must give the same duration however the bytes are cut (also for every
-// prefix, asked for on the way), must cost every non-empty input something,
-// and never less than 16 kbit/s for the bytes it did not read as audio.
-func FuzzMeter(f *testing.F) {
-	names := make([]string, 0)
-	c := corpus()
-	for name := range c {
-		names = append(names, name)
+// seeds are small files of every format, whole and cut.
+func seeds(t testing.TB) [][]byte {
+	out := [][]byte{
+		riff("RIFF", ck("fmt ", wavFmt{tag: 1, ch: 1, rate: 8000, bits: 8}.body()), ck("data", pcm(300))),
+		mpeg{ver: 3, layer: 3, kbps: 128, rate: 44100}.frames(3),
+		cat(id3([]byte("TIT2\x00\x00\x00\x03\x00\x00\x00hi\x00\x00"), -1), mpeg{ver: 2, layer: 2, kbps: 8, rate: 16000}.frames(3)),
+		flacStream(44100, 0, flacFrame(12, 0, 9, 0, 0, 50), flacFrame(6, 100, 12, 8000, 1, 50)),
+		opusStream(1, nil, repeat(opus20, 5)...),
+		vorbisStream(1, 16000, 8, 11, []byte("\x05vorbis\x01"), 255, func(int) int64 { return 0 }, repeat([]byte{0, 1}, 5)...),
+		mp4File(5, 30, make([]byte, 150)),
+		cat(ebmlHead, ebml(idSegment, -1, webmInfo(1000000, -1), webmTracksOf("A_OPUS"), webmCluster(-1, 0, 1, 20, repeat(opus20, 3)...))),
 	}
+	names, _ := filepath.Glob(filepath.Join("testdata", "real", "*"))
 	sort.Strings(names)
-	for i, name := range names {
-		// Small inputs fuzz faster; a cut stream is a good input too.
-		b := c[name]
-		f.Add(b[:min(len(b), 1200)], uint64(i))
-	}
-	real := make([]string, 0, len(realFiles))
-	for name := range realFiles {
-		real = append(real, name)
-	}
-	sort.Strings(real)
-	for i, name := range real {
-		b, err := os.ReadFile(filepath.Join("testdata", "real", name))
+	for _, name := range names {
+		b, err := os.ReadFile(name)
 		if err != nil {
-			f.Fatal(err)
+			t.Fatal(err)
 		}
-		f.Add(b[:min(len(b), 1200)], uint64(len(names)+i))
+		out = append(out, b[:min(len(b), 1500)])
 	}
-	f.Fuzz(func(t *testing.T, b []byte, seed uint64) {
-		whole := NewMeter("")
-		whole.Write(b)
-		want := whole.Duration()
-		if len(b) > 0 && want <= 0 || want < 0 {
-			t.Fatalf("duration %v for %d bytes", want, len(b))
-		}
-		if low := unread(whole); want < low {
-			t.Fatalf("duration %v, less than the bytes not read as audio at 16 kbit/s: %v", want, low)
-		}
+	return out
+}
 
-		rng := rand.New(rand.NewPCG(seed, uint64(len(b))))
-		m := NewMeter("")
-		prefixes := 0
-		for rest, n := b, 0; len(rest) > 0; {
-			k := 1 + rng.IntN(min(len(rest), 1+rng.IntN(600)))
-			m.Write(rest[:k])
-			rest, n = rest[k:], n+k
-			if checks := n * 4 / len(b); checks > prefixes { // about 4 prefixes
-				prefixes = checks
-				got := m.Duration()
-				p := NewMeter("")
-				p.Write(b[:n])
-				if w := p.Duration(); got != w {
-					t.Fatalf("after %d bytes in pieces: %v, in one piece: %v", n, got, w)
-				}
-			}
+// FuzzMeasure: Measure never panics, hands out raw pieces in order that
+// with the accounted bytes make up the input (measure checks it), stays
+// within len(data) steps, and gives the same answer twice.
+func FuzzMeasure(f *testing.F) {
+	for _, b := range seeds(f) {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m := measure(t, b)
+		if m.Steps > int64(len(b)) {
+			t.Fatalf("%d steps for %d bytes", m.Steps, len(b))
 		}
-		if got := m.Duration(); got != want {
-			t.Fatalf("in pieces: %v, in one piece: %v", got, want)
-		}
-		if len(b) <= 256 {
-			if got := measure(b, 1); got != want {
-				t.Fatalf("byte by byte: %v, in one piece: %v", got, want)
-			}
+		if again := measure(t, b); again.Result.Duration != m.Duration || again.Accounted != m.Accounted {
+			t.Fatalf("two readings: %+v, %+v", m.Result, again.Result)
 		}
 	})
 }
 
-// unread is what the bytes a meter did not read as audio cost at
-// 16 kbit/s (WAV chunks before the data: at the file's rate).
-func unread(m *Meter) time.Duration {
-	c := *m
-	c.run(true)
-	d := bytesNs(c.garbage, fallbackRate)
-	if c.unknown {
-		d = max(d, bytesNs(c.n-c.unknownFrom, fallbackRate))
+// TestMutations is the fuzz property over seeds with random bytes
+// changed, inserted and cut, for the runs without -fuzz.
+func TestMutations(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, seed := range seeds(t) {
+		for range 300 {
+			b := append([]byte(nil), seed...)
+			for range 1 + rng.IntN(4) {
+				switch i := rng.IntN(len(b) + 1); rng.IntN(3) {
+				case 0:
+					if i < len(b) {
+						b[i] = byte(rng.Uint32())
+					}
+				case 1:
+					b = append(b[:i], append([]byte{byte(rng.Uint32())}, b[i:]...)...)
+				default:
+					b = b[:i]
+				}
+			}
+			if m := measure(t, b); m.Steps > int64(len(b)) {
+				t.Fatalf("%d steps for %d bytes", m.Steps, len(b))
+			}
+		}
 	}
-	if c.wav.seen {
-		d = addSat(d, bytesNs(c.wav.junk, c.wav.junkRate()))
+	random := make([]byte, 1<<16)
+	for i := range random {
+		random[i] = byte(rng.Uint32())
 	}
-	return time.Duration(d)
+	measure(t, random)
 }

@@ -1,530 +1,330 @@
 package audio
 
-import (
-	"encoding/binary"
-	"math"
-	"math/bits"
-)
+import "math"
 
-// ISO base media files (MP4, M4A, MOV, 3GP) are boxes: a 32-bit size (1:
-// a 64-bit size follows the type; 0: to the end of the file or of the
-// box around), a four-character type, the body. The meter walks them as
-// they go by, reads the few it needs and passes over the rest by their
-// size, mdat (the media) included, wherever moov is.
-//
-// A file lasts the most of what it declares: the movie header (mvhd, and
-// mehd for fragmented files) and, for each track, its media header
-// (mdhd), its time-to-sample table (stts) and the sample durations of its
-// fragments (trun), each in its own timescale. For AAC, whose every
-// sample decodes to 1024 samples (960 in some files) whatever the tables
-// say, the samples of the track (stsz, trun) at the sample rate of its
-// AudioSpecificConfig count too. A file that declares no duration costs
-// its size at 16 kbit/s, and so do the bytes of top-level boxes of no
-// known type, when that is more.
-const (
-	mp4Depth   = 8   // boxes open at once
-	mp4Tracks  = 8   // tracks followed (a further one is added up on its own)
-	mp4LeafMax = 256 // bytes of a box read at once
-)
-
-var (
-	boxMoov = fourcc("moov")
-	boxTrak = fourcc("trak")
-	boxMdia = fourcc("mdia")
-	boxMinf = fourcc("minf")
-	boxStbl = fourcc("stbl")
-	boxStsd = fourcc("stsd")
-	boxMp4a = fourcc("mp4a")
-	boxWave = fourcc("wave")
-	boxMvex = fourcc("mvex")
-	boxMoof = fourcc("moof")
-	boxTraf = fourcc("traf")
-)
-
-func fourcc(s string) uint32 { return binary.BigEndian.Uint32([]byte(s)) }
-
-type mp4Box struct {
-	end int64
-	typ uint32
+// mp4 reads an ISO base media file (MP4, M4A, MOV, 3GP) in two walks
+// over its boxes. The first reads the sample tables (stsz, and trun in
+// fragments) of the sound tracks in AAC or Opus: each sample counts the
+// longest an access unit of its codec lasts (AAC: 1024 samples at the
+// rate of its AudioSpecificConfig, 2048 with explicit SBR, 4096 for other
+// object types; 279 ms when that rate is not given; Opus: 120 ms), and
+// it may account for the bytes an access unit can take. The second walk
+// accounts for the boxes it checked (containers' headers, tables whose
+// size matches their entry count, small boxes of numbers) and, in mdat,
+// for as many bytes as those samples may take. Everything else — other
+// tracks' samples, names, metadata, free space — is raw.
+func (r *reader) mp4() {
+	m := &mp4Reader{r: r, collect: true}
+	r.dry = true
+	m.boxes(0, len(r.data), 0)
+	r.dry, m.collect = false, false
+	for _, t := range m.tracks {
+		if t.sound && t.frameNs > 0 {
+			m.budget = addSat(m.budget, t.bytes)
+			r.ns = addSat(r.ns, mulSat(t.samples, t.frameNs))
+		}
+	}
+	m.boxes(0, len(r.data), 0)
 }
 
+// mp4Track is a track's codec and what its samples add up to.
 type mp4Track struct {
-	id    uint32
-	trex  uint32 // default sample duration of its fragments (trex)
-	scale int64  // mdhd timescale
-	durNs int64  // mdhd duration
-	stts  int64  // time-to-sample total, in its timescale
-	frag  int64  // sample durations of its fragments, in its timescale
-	count int64  // samples (stsz, trun)
-	frame int64  // AAC samples a frame (0: not AAC)
-	rate  int64  // AAC sample rate
+	id             uint32
+	sound          bool
+	frameNs, maxAU int64 // the longest an access unit lasts, the most bytes it takes
+	defaultSize    int64 // trex's
+	samples, bytes int64
 }
 
-// ns is how long a track lasts.
-func (t *mp4Track) ns() int64 {
-	d := t.durNs
-	if t.scale > 0 {
-		d = max(d, mulDivCeil(addSat(t.stts, t.frag), 1e9, t.scale))
-	}
-	if t.frame > 0 && t.rate > 0 {
-		d = max(d, mulDivCeil(t.count, t.frame*1e9, t.rate))
-	}
-	return d
+type mp4Reader struct {
+	r       *reader
+	collect bool // the first walk: read the tables
+	tracks  []*mp4Track
+	cur     *mp4Track // the trak, or the traf's track
+	size    int64     // the traf's default sample size
+	budget  int64     // sample bytes mdat may still account for
 }
 
-type mp4State struct {
-	seen    bool
-	trunDur bool  // the trun's entries start with a duration
-	tfhdHas bool  // the traf's tfhd has a default sample duration
-	table   uint8 // entries being read: 's' stts, 't' trun
-	depth   int8
-	trak    int8 // track of the trak being read (-1: none)
-	traf    int8 // track of the traf being read (-1: none)
-	ntracks int8
-	tfhdDur uint32
-	entSize int
-	entLeft int64
-	entEnd  int64
-	from    int64 // stream offset where the file starts
-	scale   int64 // movie timescale
-	movie   int64 // movie duration, ns
-	lost    int64 // tracks beyond the table, ns
-	stack   [mp4Depth]mp4Box
-	tracks  [mp4Tracks + 1]mp4Track // the last one reads a track beyond the table
-}
-
-// mp4Start reports whether b starts with a box that starts such files.
-func mp4Start(b []byte) bool {
-	if size := binary.BigEndian.Uint32(b); size > 1 && size < 8 {
-		return false
-	}
-	switch string(b[4:8]) {
-	case "ftyp", "styp", "moov", "mdat", "free", "skip", "wide", "pnot", "moof", "sidx":
-		return true
-	}
-	return false
-}
-
-// mp4Known reports whether a top-level box of type typ is of a known type.
-func mp4Known(b []byte) bool {
-	switch string(b) {
-	case "ftyp", "styp", "moov", "mdat", "free", "skip", "wide", "pnot", "moof", "mfra",
-		"sidx", "ssix", "prft", "emsg", "meta", "udta", "uuid", "pdin":
-		return true
-	}
-	return false
-}
-
-// mp4Step reads the box header at buf[r], or a table's entries.
-func (m *Meter) mp4Step(final bool) bool {
-	x := &m.mp4
-	pos := m.base + int64(m.r)
-	for x.depth > 0 && pos >= x.stack[x.depth-1].end {
-		x.depth--
-		switch x.stack[x.depth].typ {
-		case boxTrak:
-			if x.trak == mp4Tracks {
-				x.lost = max(x.lost, x.tracks[mp4Tracks].ns())
-			}
-			x.trak = -1
-		case boxTraf:
-			x.traf = -1
-		}
-	}
-	if x.table != 0 {
-		return m.mp4Entries(final)
-	}
-	parentEnd := int64(math.MaxInt64)
-	var parent uint32
-	if x.depth > 0 {
-		parentEnd, parent = x.stack[x.depth-1].end, x.stack[x.depth-1].typ
-	}
-	b := m.buf[m.r:m.w]
-	if len(b) == 0 {
-		return false
-	}
-	if len(b) < 8 || len(b) < 16 && binary.BigEndian.Uint32(b) == 1 {
-		if !final {
-			return false
-		}
-		m.mp4Bad(parentEnd - pos) // a header cut short
-		return true
-	}
-	hlen := int64(8)
-	size := int64(binary.BigEndian.Uint32(b))
-	switch size {
-	case 0:
-		size = parentEnd - pos
-	case 1:
-		size, hlen = int64(binary.BigEndian.Uint64(b[8:])), 16
-	}
-	if size = min(size, parentEnd-pos); size < hlen {
-		m.mp4Bad(parentEnd - pos)
-		return true
-	}
-	typ := binary.BigEndian.Uint32(b[4:])
-	name := string(b[4:8])
-	if x.depth == 0 {
-		switch {
-		case typ == boxMoov || typ == boxMoof:
-			return m.mp4Push(b, size, hlen, 0, final)
-		case !mp4Known(b[4:8]):
-			m.startSkip(size, stMP4, true)
-			return true
-		}
-		m.startSkip(size, stMP4, false)
-		return true
-	}
-	switch parent {
-	case boxMoov:
-		switch name {
-		case "mvhd", "trak", "mvex":
-		default:
-			name = ""
-		}
-	case boxTrak:
-		if name != "tkhd" && name != "mdia" {
-			name = ""
-		}
-	case boxMdia:
-		if name != "mdhd" && name != "minf" {
-			name = ""
-		}
-	case boxMinf:
-		if name != "stbl" {
-			name = ""
-		}
-	case boxStbl:
-		switch name {
-		case "stts", "stsz", "stz2", "stsd":
-		default:
-			name = ""
-		}
-	case boxStsd:
-		if name != "mp4a" {
-			name = ""
-		}
-	case boxMp4a:
-		if name != "esds" && name != "wave" {
-			name = ""
-		}
-	case boxWave:
-		if name != "esds" {
-			name = ""
-		}
-	case boxMvex:
-		if name != "trex" && name != "mehd" {
-			name = ""
-		}
-	case boxMoof:
-		if name != "traf" {
-			name = ""
-		}
-	case boxTraf:
-		if name != "tfhd" && name != "trun" {
-			name = ""
-		}
-	default:
-		name = ""
-	}
-	switch name {
-	case "trak", "mvex", "mdia", "minf", "stbl", "wave", "traf":
-		return m.mp4Push(b, size, hlen, 0, final)
-	case "stsd":
-		return m.mp4Push(b, size, hlen, 8, final)
-	case "mp4a":
-		// The sound sample description: 28 bytes, 44 or 64 in
-		// QuickTime's versions 1 and 2.
-		if len(b) < int(hlen)+28 && size >= hlen+28 && !final {
-			return false
-		}
-		pre := int64(28)
-		if int64(len(b)) >= hlen+28 {
-			switch binary.BigEndian.Uint16(b[hlen+8:]) {
-			case 1:
-				pre = 44
-			case 2:
-				pre = 64
-			}
-		}
-		return m.mp4Push(b, size, hlen, pre, final)
-	case "":
-		m.startSkip(size, stMP4, false)
-		return true
-	}
-	// A box to read: wait for its start.
-	n := int(min(size, hlen+mp4LeafMax))
-	if len(b) < n && !final {
-		return false
-	}
-	body := b[hlen:min(n, len(b))]
-	if name == "stts" || name == "trun" {
-		if m.mp4Table(name, body, pos, size, hlen) {
-			return true
-		}
-	} else {
-		m.mp4Leaf(name, body)
-	}
-	m.startSkip(size, stMP4, false)
-	return true
-}
-
-// mp4Bad handles a box that cannot be read: at the top level, the rest of
-// the file is not known to be anything; inside a box, the rest of it is
-// passed over.
-func (m *Meter) mp4Bad(left int64) {
-	if m.mp4.depth == 0 {
-		m.startSkip(math.MaxInt64, stMP4, true)
-		return
-	}
-	m.startSkip(left, stMP4, false)
-}
-
-// mp4Push opens a box of size bytes whose header is hlen bytes and whose
-// children start pre bytes into the body.
-func (m *Meter) mp4Push(b []byte, size, hlen, pre int64, final bool) bool {
-	x := &m.mp4
-	if int64(len(b)) < hlen+pre && size >= hlen+pre && !final {
-		return false
-	}
-	if size < hlen+pre || int64(len(b)) < hlen+pre || x.depth == mp4Depth {
-		m.startSkip(size, stMP4, false)
-		return true
-	}
-	typ := binary.BigEndian.Uint32(b[4:])
+// mp4Kind says how a box is read: 'c' a container of boxes, 'n' a small
+// box of numbers only, accounted for whole; 0 any other box.
+func mp4Kind(typ string) byte {
 	switch typ {
-	case boxTrak:
-		x.trak = x.ntracks
-		if x.ntracks < mp4Tracks {
-			x.ntracks++
-		}
-		x.tracks[x.trak] = mp4Track{}
-	case boxTraf:
-		x.traf, x.tfhdHas = -1, false
+	case "moov", "trak", "mdia", "minf", "stbl", "moof", "traf", "mvex", "edts", "dinf":
+		return 'c'
+	case "mvhd", "mdhd", "smhd", "elst", "mehd", "mfhd", "tfdt", "dref", "stss", "sdtp", "sgpd", "sbgp", "iods", "btrt":
+		return 'n'
 	}
-	x.stack[x.depth] = mp4Box{end: m.base + int64(m.r) + size, typ: typ}
-	x.depth++
-	m.r += int(hlen + pre)
-	return true
+	return 0
 }
 
-// track returns the track of the trak being read, or nil.
-func (x *mp4State) track() *mp4Track {
-	if x.trak < 0 {
-		return nil
-	}
-	return &x.tracks[x.trak]
-}
-
-// find returns the track whose ID is id, or -1.
-func (x *mp4State) find(id uint32) int8 {
-	for i := range x.ntracks {
-		if x.tracks[i].id == id {
-			return i
-		}
-	}
-	return -1
-}
-
-// mp4Leaf reads the start of a box.
-func (m *Meter) mp4Leaf(name string, b []byte) {
-	x := &m.mp4
-	be := binary.BigEndian
-	t := x.track()
-	switch name {
-	case "mvhd", "mdhd":
-		scale, dur, ok := mp4Duration(b)
-		if !ok {
-			return
-		}
-		ns := int64(0)
-		if scale > 0 {
-			ns = mulDivCeil(dur, 1e9, scale)
-		}
+// boxes walks the boxes in data[p:end].
+func (m *mp4Reader) boxes(p, end, depth int) {
+	r := m.r
+	for p+8 <= end && r.ok() {
+		size, hdr := int64(be.Uint32(r.data[p:])), 8
+		typ := string(r.data[p+4 : p+8])
 		switch {
-		case name == "mvhd":
-			x.scale = scale
-			x.movie = max(x.movie, ns)
-		case t != nil:
-			t.scale = scale
-			t.durNs = max(t.durNs, ns)
+		case size == 1 && p+16 <= end:
+			size, hdr = int64(min(be.Uint64(r.data[p+8:]), math.MaxInt64)), 16
+		case size == 0:
+			size = int64(end - p)
 		}
-	case "tkhd":
-		if t == nil || len(b) < 24 {
-			return
+		if size < int64(hdr) {
+			return // the rest is raw
 		}
-		if b[0] == 1 {
-			t.id = be.Uint32(b[20:])
-		} else {
-			t.id = be.Uint32(b[12:])
-		}
-	case "stsz", "stz2":
-		if t != nil && len(b) >= 12 {
-			t.count = addSat(t.count, int64(be.Uint32(b[8:])))
-		}
-	case "esds":
-		if t == nil {
-			return
-		}
-		if rate, frame := esdsAAC(b); rate > 0 && (t.rate == 0 || rate < t.rate) {
-			t.rate, t.frame = rate, frame
-		}
-	case "trex":
-		if len(b) >= 16 {
-			if i := x.find(be.Uint32(b[4:])); i >= 0 {
-				x.tracks[i].trex = be.Uint32(b[12:])
+		next := p + int(min(size, int64(end-p)))
+		body := p + hdr
+		switch kind := mp4Kind(typ); {
+		case kind == 'c' && depth < 8:
+			r.account(p, body)
+			if typ == "trak" && m.collect {
+				m.cur = &mp4Track{}
+				if len(m.tracks) < maxStreams {
+					m.tracks = append(m.tracks, m.cur)
+				}
 			}
+			m.boxes(body, next, depth+1)
+		case typ == "mdat":
+			r.account(p, body)
+			k := int(min(int64(next-body), m.budget))
+			r.account(body, body+k)
+			m.budget -= int64(k)
+		case typ == "ftyp" && size <= 64 && size%4 == 0,
+			kind == 'n' && size <= 256,
+			m.leaf(typ, r.data[body:next]):
+			r.account(p, next)
 		}
-	case "mehd":
-		if len(b) < 8 {
-			return
-		}
-		var dur int64
-		switch {
-		case b[0] == 1 && len(b) >= 12:
-			dur = int64(be.Uint64(b[4:]))
-		case b[0] != 1 && len(b) >= 8:
-			dur = int64(be.Uint32(b[4:]))
-		}
-		if dur > 0 && x.scale > 0 {
-			x.movie = max(x.movie, mulDivCeil(dur, 1e9, x.scale))
-		}
-	case "tfhd":
-		if len(b) < 8 {
-			return
-		}
-		flags := be.Uint32(b) & 0xFFFFFF
-		x.traf = x.find(be.Uint32(b[4:]))
-		off := 8
-		if flags&1 != 0 {
-			off += 8
-		}
-		if flags&2 != 0 {
-			off += 4
-		}
-		if flags&8 != 0 && len(b) >= off+4 {
-			x.tfhdDur, x.tfhdHas = be.Uint32(b[off:]), true
-		}
+		p = next
 	}
 }
 
-// mp4Duration reads the timescale and duration of an mvhd or mdhd body;
-// a duration of all ones is unknown.
-func mp4Duration(b []byte) (scale, dur int64, ok bool) {
-	be := binary.BigEndian
-	switch {
-	case len(b) >= 32 && b[0] == 1:
-		scale, dur = int64(be.Uint32(b[20:])), int64(be.Uint64(b[24:]))
-	case len(b) >= 20 && b[0] != 1:
-		d := be.Uint32(b[16:])
-		if d == math.MaxUint32 {
-			return 0, 0, false
-		}
-		scale, dur = int64(be.Uint32(b[12:])), int64(d)
-	default:
-		return 0, 0, false
-	}
-	return scale, dur, dur >= 0
-}
-
-// mp4Table starts reading an stts or trun box's entries; it reports false
-// when there are none to read.
-func (m *Meter) mp4Table(name string, b []byte, pos, size, hlen int64) bool {
-	x := &m.mp4
-	be := binary.BigEndian
+// leaf reads a box of the sample tables and reports whether it is
+// well formed.
+func (m *mp4Reader) leaf(typ string, b []byte) bool {
 	if len(b) < 8 {
 		return false
 	}
-	count := int64(be.Uint32(b[4:]))
-	fixed := int64(8)
-	x.entSize = 8
-	x.table = 's'
-	if name == "trun" {
-		flags := be.Uint32(b) & 0xFFFFFF
-		if flags&1 != 0 {
-			fixed += 4
+	n := int64(be.Uint32(b[4:])) // the entry count, for most tables
+	switch typ {
+	case "hdlr":
+		if m.collect && m.cur != nil && len(b) >= 12 {
+			m.cur.sound = string(b[8:12]) == "soun"
 		}
-		if flags&4 != 0 {
-			fixed += 4
-		}
-		x.entSize = 4 * bits.OnesCount32(flags&0xF00)
-		x.trunDur = flags&0x100 != 0
-		x.table = 't'
-		if x.traf < 0 {
-			x.table = 0
-			return false
-		}
-		t := &x.tracks[x.traf]
-		t.count = addSat(t.count, count)
-		if !x.trunDur {
-			dur := t.trex
-			if x.tfhdHas {
-				dur = x.tfhdDur
+		return false // its name is text
+	case "tkhd":
+		if m.collect && m.cur != nil {
+			at := 12 + 8*int(b[0]&1) // version 1: 64-bit times
+			if len(b) >= at+4 {
+				m.cur.id = be.Uint32(b[at:])
 			}
-			t.frag = addSat(t.frag, mulSat(count, int64(dur)))
-			x.table = 0
-			return false
 		}
-	} else if x.trak < 0 {
-		x.table = 0
-		return false
+		return len(b) <= 256
+	case "stts", "ctts", "stsc", "stco", "co64":
+		width := int64(8)
+		switch typ {
+		case "stsc":
+			width = 12
+		case "stco":
+			width = 4
+		}
+		return int64(len(b)) == 8+n*width
+	case "stsd":
+		if m.collect && m.cur != nil && n >= 1 {
+			m.sampleEntry(b[8:])
+		}
+		return len(b) <= 1024
+	case "stsz":
+		return m.stsz(b)
+	case "trex":
+		if m.collect && len(b) >= 24 {
+			if t := m.track(be.Uint32(b[4:])); t != nil {
+				t.defaultSize = int64(be.Uint32(b[16:]))
+			}
+		}
+		return len(b) == 24
+	case "tfhd":
+		return m.tfhd(b)
+	case "trun":
+		return m.trun(b)
 	}
-	if hlen+fixed > size || int64(len(b)) < fixed {
-		x.table = 0
-		return false
-	}
-	x.entLeft = count
-	x.entEnd = pos + size
-	m.r += int(hlen + fixed)
-	return true
+	return false
 }
 
-// mp4Entries reads the entries of a table that are in the buffer.
-func (m *Meter) mp4Entries(final bool) bool {
-	x := &m.mp4
-	pos := m.base + int64(m.r)
-	n := min((x.entEnd-pos)/int64(x.entSize), x.entLeft, int64((m.w-m.r)/x.entSize))
-	if n == 0 {
-		if m.w-m.r >= x.entSize || final || x.entLeft == 0 || pos+int64(x.entSize) > x.entEnd {
-			x.table = 0
-			m.startSkip(x.entEnd-pos, stMP4, false)
-			return true
-		}
-		return false
-	}
-	be := binary.BigEndian
-	if x.table == 's' {
-		t := x.track()
-		for i := range int(n) {
-			e := m.buf[m.r+i*8:]
-			t.stts = addSat(t.stts, int64(be.Uint32(e))*int64(be.Uint32(e[4:])))
-		}
-	} else {
-		t := &x.tracks[x.traf]
-		for i := range int(n) {
-			t.frag = addSat(t.frag, int64(be.Uint32(m.buf[m.r+i*x.entSize:])))
+func (m *mp4Reader) track(id uint32) *mp4Track {
+	for _, t := range m.tracks {
+		if t.id == id {
+			return t
 		}
 	}
-	m.r += int(n) * x.entSize
-	x.entLeft -= n
-	return true
+	return nil
 }
 
-// mp4Ns is the duration of an MP4 file.
-func (m *Meter) mp4Ns() int64 {
-	x := &m.mp4
-	d := max(x.movie, x.lost)
-	for i := range x.ntracks {
-		d = max(d, x.tracks[i].ns())
+// sampleEntry reads a track's first sample description: its codec.
+func (m *mp4Reader) sampleEntry(b []byte) {
+	if len(b) < 36 {
+		return
 	}
-	if x.trak == mp4Tracks {
-		d = max(d, x.tracks[mp4Tracks].ns())
+	switch string(b[4:8]) {
+	case "mp4a":
+		// 8 header, 8 reserved and index, 20 of the audio entry, then esds.
+		m.cur.frameNs, m.cur.maxAU = mulDivCeil(2048, 1e9, 7350), 6144
+		if e := b[36:min(len(b), int(be.Uint32(b)))]; len(e) >= 8 && string(e[4:8]) == "esds" {
+			if aot, rate := aacConfig(e[8:min(len(e), int(be.Uint32(e)))]); rate > 0 {
+				frame := int64(4096)
+				switch aot {
+				case 1, 2, 3, 4:
+					frame = 1024
+				case 5, 29:
+					frame = 2048
+				}
+				m.cur.frameNs = mulDivCeil(frame, 1e9, rate)
+			}
+		}
+	case "Opus":
+		m.cur.frameNs, m.cur.maxAU = 120e6, 2+48*1277
 	}
-	if d == 0 {
-		return bytesNs(m.n-x.from, fallbackRate)
-	}
-	return max(d, bytesNs(m.garbage, fallbackRate))
 }
 
-// aacRates are the sample rates of the sampling frequency indexes.
+// aacConfig finds the AudioSpecificConfig in an esds box's body (ISO/IEC
+// 14496-1 descriptors: ES, DecoderConfig, DecoderSpecificInfo) and
+// returns its object type and first sampling rate, 0 if there is none.
+func aacConfig(b []byte) (aot, rate int64) {
+	b = b[min(4, len(b)):] // version and flags
+	for len(b) >= 2 {
+		tag, n, l := b[0], 0, 1
+		for ; l < len(b) && l <= 4; l++ {
+			n = n<<7 | int(b[l]&0x7F)
+			if b[l]&0x80 == 0 {
+				break
+			}
+		}
+		body := b[min(l+1, len(b)):]
+		body = body[:min(n, len(body))]
+		switch {
+		case tag == 3 && len(body) >= 3:
+			skip, f := 3, body[2]
+			if f&0x80 != 0 {
+				skip += 2
+			}
+			if f&0x40 != 0 && skip < len(body) {
+				skip += 1 + int(body[skip])
+			}
+			if f&0x20 != 0 {
+				skip += 2
+			}
+			b = body[min(skip, len(body)):]
+		case tag == 4:
+			b = body[min(13, len(body)):]
+		case tag == 5 && len(body) >= 2:
+			return ascRate(body)
+		default:
+			return 0, 0
+		}
+	}
+	return 0, 0
+}
+
+// aacRates are the sampling rates by index (ISO/IEC 14496-3 1.6.3.3).
 var aacRates = [13]int64{96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000, 7350}
+
+// ascRate reads an AudioSpecificConfig's object type and rate.
+func ascRate(b []byte) (aot, rate int64) {
+	var w [8]byte
+	copy(w[:], b)
+	v, at := be.Uint64(w[:]), 5 // v's bits, from the top; at: bits read
+	aot = int64(v >> 59)
+	if aot == 31 {
+		aot, at = 32+int64(v>>53&63), 11
+	}
+	idx := v << at >> 60
+	switch {
+	case idx < 13:
+		rate = aacRates[idx]
+	case idx == 15:
+		rate = int64(v << (at + 4) >> 40)
+	}
+	return aot, rate
+}
+
+// stsz reads a sample size table.
+func (m *mp4Reader) stsz(b []byte) bool {
+	if len(b) < 12 {
+		return false
+	}
+	fixed, n := int64(be.Uint32(b[4:])), int64(be.Uint32(b[8:]))
+	if fixed == 0 && int64(len(b)) != 12+4*n || fixed != 0 && len(b) != 12 {
+		return false
+	}
+	t := m.cur
+	if !m.collect || t == nil || t.maxAU == 0 {
+		return true
+	}
+	t.samples = addSat(t.samples, n)
+	if fixed != 0 {
+		t.bytes = addSat(t.bytes, mulSat(n, min(fixed, t.maxAU)))
+		return true
+	}
+	for i := range int(n) {
+		if !m.r.ok() {
+			break
+		}
+		t.bytes += min(int64(be.Uint32(b[12+4*i:])), t.maxAU)
+	}
+	return true
+}
+
+// tfhd reads a fragment's track header.
+func (m *mp4Reader) tfhd(b []byte) bool {
+	flags := be.Uint32(b) & 0xFFFFFF
+	want := 8
+	for _, f := range [...]struct {
+		bit   uint32
+		width int
+	}{{1, 8}, {2, 4}, {8, 4}, {0x10, 4}, {0x20, 4}} {
+		if flags&f.bit != 0 {
+			if f.bit == 0x10 && len(b) >= want+4 {
+				m.size = int64(be.Uint32(b[want:]))
+			}
+			want += f.width
+		}
+	}
+	if m.collect {
+		m.cur = m.track(be.Uint32(b[4:]))
+		if m.cur != nil && flags&0x10 == 0 {
+			m.size = m.cur.defaultSize
+		}
+	}
+	return len(b) == want
+}
+
+// trun reads a fragment's track run.
+func (m *mp4Reader) trun(b []byte) bool {
+	flags, n := be.Uint32(b)&0xFFFFFF, int64(be.Uint32(b[4:]))
+	head := 8 + 4*int(flags&1) + 4*int(flags>>2&1)
+	width := 0
+	for _, bit := range []uint32{0x100, 0x200, 0x400, 0x800} {
+		if flags&bit != 0 {
+			width += 4
+		}
+	}
+	if int64(len(b)) != int64(head)+n*int64(width) {
+		return false
+	}
+	t := m.cur
+	if !m.collect || t == nil || t.maxAU == 0 {
+		return true
+	}
+	t.samples = addSat(t.samples, n)
+	if flags&0x200 == 0 {
+		t.bytes = addSat(t.bytes, mulSat(n, min(m.size, t.maxAU)))
+		return true
+	}
+	at := head + 4*int(flags>>8&1) // the first sample's size
+	for i := range int(n) {
+		if !m.r.ok() {
+			break
+		}
+		t.bytes += min(int64(be.Uint32(b[at+i*width:])), t.maxAU)
+	}
+	return true
+}

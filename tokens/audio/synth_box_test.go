@@ -1,14 +1,13 @@
 package audio
 
 import (
-	"encoding/binary"
 	"math"
 )
 
 // This file builds MP4 (ISO/IEC 14496-12, -14, -1, -3) and Matroska/WebM
 // (RFC 8794, the Matroska specification) files for the tests.
 
-var be = binary.BigEndian
+const ebmlHeaderID = 0x1A45DFA3
 
 // box is an MP4 box of the parts.
 func box(typ string, parts ...[]byte) []byte {
@@ -228,3 +227,14 @@ func webmCluster(sizeLen int, tc uint64, track byte, dt int16, pks ...[]byte) []
 	}
 	return ebml(idCluster, sizeLen, parts...)
 }
+
+// Matroska element IDs the builders use (the reader has its own table).
+const (
+	idSegment      = 0x18538067
+	idInfo         = 0x1549A966
+	idTimecodeScal = 0x2AD7B1
+	idDuration     = 0x4489
+	idTracks       = 0x1654AE6B
+	idCluster      = 0x1F43B675
+	idTimecode     = 0xE7
+)

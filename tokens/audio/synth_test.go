@@ -267,17 +267,6 @@ func testCRC8(b []byte) byte {
 
 func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 
-// measure feeds b in pieces of size piece (0: whole) and returns the
-// duration.
-func measure(b []byte, piece int) time.Duration {
-	m := NewMeter("")
-	if piece <= 0 {
-		piece = len(b) + 1
-	}
-	for len(b) > 0 {
-		k := min(piece, len(b))
-		m.Write(b[:k])
-		b = b[k:]
-	}
-	return m.Duration()
-}
+// ksSubtypeTail is the end of the KSDATAFORMAT_SUBTYPE GUIDs of
+// WAVE_FORMAT_EXTENSIBLE whose first two bytes are a WAVE format tag.
+const ksSubtypeTail = "\x00\x00\x00\x00\x10\x00\x80\x00\x00\xAA\x00\x38\x9B\x71"
