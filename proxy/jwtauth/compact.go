@@ -2,6 +2,7 @@ package jwtauth
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"strings"
 )
@@ -73,8 +74,14 @@ func decodeOne(seg string) ([]byte, bool) {
 // (two or three data characters, then "=" up to four). A lone last
 // character is dropped and spare bits are ignored, as Node does.
 func decodeSegment(seg string) (py, node []byte) {
-	var vals []byte // 6-bit values of the data characters
-	nodeEnd := -1   // data characters before the first "="
+	if canonical(seg) { // the common case, read the same by every library
+		b, err := base64.RawURLEncoding.DecodeString(seg)
+		if err == nil {
+			return b, b
+		}
+	}
+	vals := make([]byte, 0, len(seg)) // 6-bit values of the data characters
+	nodeEnd := -1                     // data characters before the first "="
 	quad, pads := 0, 0
 	for i := 0; i < len(seg); i++ {
 		ch := seg[i]
@@ -106,6 +113,18 @@ func decodeSegment(seg string) (py, node []byte) {
 		return py, py
 	}
 	return py, pack(vals[:nodeEnd])
+}
+
+// canonical reports whether seg holds base64url characters only.
+func canonical(seg string) bool {
+	for i := 0; i < len(seg); i++ {
+		if ch := seg[i]; ch == '+' || ch == '/' {
+			return false
+		} else if _, ok := sextet(ch); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // sextet is the value of a base64 character of either alphabet.
