@@ -3,6 +3,7 @@ package proxy
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -186,12 +187,19 @@ func (c *clientIPs) ipCaller(r *http.Request) caller {
 	return caller{value: string(b), ip: ip}
 }
 
+// The credential headers, in the order the path's API reads them:
+// Anthropic's X-API-Key then the bearer token, elsewhere the bearer token,
+// then X-API-Key, then Azure OpenAI's api-key. Anthropic's API reads no
+// api-key: it is looked at last there, for a JWT only.
+var (
+	keyHeaders          = []string{"Authorization", "X-Api-Key", "Api-Key"}
+	anthropicKeyHeaders = []string{"X-Api-Key", "Authorization", "Api-Key"}
+)
+
 // apiKey returns the API key from the header the path's API authenticates
 // with first, so that a real key in that header and a made-up one in
-// another cannot be told apart by rotating the made-up one: on Anthropic's
-// paths X-API-Key then the bearer token, elsewhere the bearer token, then
-// X-API-Key, then Azure OpenAI's api-key. An empty token is no credential.
-// "" when no header has one.
+// another cannot be told apart by rotating the made-up one. An empty token
+// is no credential. "" when no header has one.
 func apiKey(r *http.Request, anthropic bool) string {
 	if anthropic {
 		if tok := headerKey(r, "X-Api-Key"); tok != "" {
@@ -208,18 +216,38 @@ func apiKey(r *http.Request, anthropic bool) string {
 	return headerKey(r, "Api-Key")
 }
 
-// bearer is the token of an Authorization: Bearer header, "" if none.
+// bearer is the token of an Authorization: Bearer header, "" if none. The
+// scheme is matched in any case, followed by spaces or tabs, as servers
+// read it.
 func bearer(r *http.Request) string {
-	if a := r.Header.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
-		return strings.TrimSpace(a[7:])
+	v := r.Header.Get("Authorization")
+	if tok, ok := cutBearer(v); ok {
+		return tok
 	}
 	return ""
 }
 
-// headerKey is the trimmed first value of a key header (canonical name).
+// cutBearer strips surrounding whitespace and a leading "Bearer" scheme
+// (any case, then one or more spaces or tabs) from v; ok says the scheme
+// was there.
+func cutBearer(v string) (string, bool) {
+	v = strings.TrimSpace(v)
+	if len(v) > 6 && strings.EqualFold(v[:6], "bearer") && (v[6] == ' ' || v[6] == '\t') {
+		return strings.TrimSpace(v[7:]), true
+	}
+	if strings.EqualFold(v, "bearer") {
+		return "", true
+	}
+	return v, false
+}
+
+// headerKey is the first value of a key header (canonical name), trimmed
+// and without a Bearer prefix: an upstream that strips one reads the same
+// key.
 func headerKey(r *http.Request, name string) string {
 	if v := r.Header[name]; len(v) > 0 {
-		return strings.TrimSpace(v[0])
+		tok, _ := cutBearer(v[0])
+		return tok
 	}
 	return ""
 }
@@ -234,28 +262,96 @@ func hashKey(tok string) string {
 	return string(b[:])
 }
 
-// identify builds the caller of r under the policy (SPEC §4.1): with JWT
-// verification configured, a credential shaped like a JWT must verify
-// (its subject is then the caller; without one, its hash), and one that
-// does not is no credential: the caller is the client IP.
+// maxJWTs bounds the distinct JWT-shaped credentials one request may
+// carry: each costs a signature check.
+const maxJWTs = 8
+
+// errTooManyJWTs is why a request with more than maxJWTs tokens carries no
+// credential.
+var errTooManyJWTs = errors.New("too many tokens")
+
+// jwtToken is the token a credential header line may carry: the value
+// trimmed, without a leading scheme word (Bearer, or any other: a word
+// without a dot before whitespace).
+func jwtToken(v string) string {
+	v = strings.TrimSpace(v)
+	if i := strings.IndexAny(v, " \t"); i > 0 && !strings.Contains(v[:i], ".") {
+		return strings.TrimSpace(v[i+1:])
+	}
+	return v
+}
+
+// identify builds the caller of r under the policy (SPEC §4.1, §7.5). With
+// JWT verification configured, every line of every credential header is
+// looked at, in the order the path's API reads them: the first token that
+// verifies makes its subject the caller (without one, the hash of its
+// signed part), whatever stands beside it. Of two verified subjects the
+// one the path's API reads first is the caller. When none verifies, the
+// API key of the path's first header is the caller unless it is shaped
+// like a JWT: it is then no credential and the caller is the client IP. A
+// request with more than maxJWTs different JWT-shaped credentials is no
+// credential either.
 func (pol *policy) identify(r *http.Request, anthropic bool) caller {
-	if pol.jwt != nil {
-		if tok := apiKey(r, anthropic); tok != "" && jwtauth.Shaped(tok) {
-			claims, err := pol.jwt.Verify(r.Context(), tok)
-			if err != nil {
-				pol.jwtResults.refused.Inc()
-				c := pol.ips.ipCaller(r)
-				c.refused = err.Error()
+	if pol.jwt == nil {
+		return pol.ips.identify(r, anthropic)
+	}
+	headers := keyHeaders
+	if anthropic {
+		headers = anthropicKeyHeaders
+	}
+	type tried struct {
+		tok string
+		err error
+	}
+	var buf [maxJWTs]tried
+	seen := buf[:0]
+	check := func(tok string) (jwtauth.Claims, error) {
+		for _, t := range seen {
+			if t.tok == tok {
+				return nil, t.err
+			}
+		}
+		if len(seen) == maxJWTs {
+			return nil, errTooManyJWTs
+		}
+		claims, err := pol.jwt.Verify(r.Context(), tok)
+		if err != nil {
+			seen = append(seen, tried{tok, err})
+		}
+		return claims, err
+	}
+	var refused error
+lines:
+	for _, name := range headers {
+		for _, v := range r.Header[name] {
+			tok := jwtToken(v)
+			if !jwtauth.Shaped(tok) {
+				continue
+			}
+			claims, err := check(tok)
+			if err == nil {
+				pol.jwtResults.verified.Inc()
+				h := hashKey(jwtauth.SignedPart(tok))
+				c := caller{value: h, hasCred: true, key: h[len("key:"):], claims: claims}
+				if sub, ok := claims.Subject(pol.cfg.JWTSubjectClaim); ok {
+					c.value = "jwt:" + boundedValue(sub)
+				}
 				return c
 			}
-			pol.jwtResults.verified.Inc()
-			h := hashKey(tok)
-			c := caller{value: h, hasCred: true, key: h[len("key:"):], claims: claims}
-			if sub, ok := claims.Subject(pol.cfg.JWTSubjectClaim); ok {
-				c.value = "jwt:" + boundedValue(sub)
+			if err == errTooManyJWTs {
+				refused = err
+				break lines
 			}
-			return c
 		}
+	}
+	if tok := apiKey(r, anthropic); refused == nil && tok != "" && jwtauth.Shaped(tok) {
+		_, refused = check(tok)
+	}
+	if refused != nil {
+		pol.jwtResults.refused.Inc()
+		c := pol.ips.ipCaller(r)
+		c.refused = refused.Error()
+		return c
 	}
 	return pol.ips.identify(r, anthropic)
 }

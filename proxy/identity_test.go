@@ -173,3 +173,47 @@ func TestAPIKeyOrder(t *testing.T) {
 		}
 	}
 }
+
+// Spellings of one API key that an upstream reads as that key are one
+// caller: the scheme in any case, spaces or tabs after it, whitespace
+// around the value, a Bearer prefix in X-API-Key or api-key.
+func TestAPIKeySpellings(t *testing.T) {
+	c := resolver(t)
+	want := "key:" + sha16("sk-test-123")
+	spellings := []struct {
+		header, value string
+	}{
+		{"Authorization", "Bearer sk-test-123"},
+		{"Authorization", "bearer sk-test-123"},
+		{"Authorization", "BEARER   sk-test-123"},
+		{"Authorization", "Bearer\tsk-test-123"},
+		{"Authorization", "Bearer \t sk-test-123 \t"},
+		{"Authorization", " \tBearer sk-test-123"},
+		{"X-Api-Key", " sk-test-123\t"},
+		{"X-Api-Key", "Bearer sk-test-123"},
+		{"X-Api-Key", "bearer\tsk-test-123"},
+		{"Api-Key", "Bearer  sk-test-123 "},
+	}
+	for _, anthropic := range []bool{false, true} {
+		for _, s := range spellings {
+			if anthropic && s.header == "Api-Key" {
+				continue // Anthropic's API has no api-key header
+			}
+			r := httptest.NewRequest(http.MethodPost, "/v1/messages", nil)
+			r.RemoteAddr = "203.0.113.7:1"
+			r.Header[s.header] = []string{s.value}
+			if got := c.identify(r, anthropic); got.value != want || !got.hasCred {
+				t.Errorf("anthropic=%v %s: %q: %+v, want %s", anthropic, s.header, s.value, got, want)
+			}
+		}
+	}
+	// A scheme with nothing after it is no key; neither is Basic.
+	for _, v := range []string{"Bearer", "Bearer \t ", "Basic dXNlcjpwYXNz"} {
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+		r.RemoteAddr = "203.0.113.7:1"
+		r.Header.Set("Authorization", v)
+		if got := c.identify(r, false); got.hasCred {
+			t.Errorf("%q is a credential: %+v", v, got)
+		}
+	}
+}

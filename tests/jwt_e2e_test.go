@@ -64,3 +64,34 @@ func TestJWTIdentityEndToEnd(t *testing.T) {
 	// A plain API key is still a credential.
 	wantStatus(t, p.post(t, "/v1/chat/completions", "Authorization", "Bearer sk-plain-key"), 200)
 }
+
+// On the binary, alice's verified token is alice on /v1/messages whatever
+// API key stands beside it (Anthropic's API reads X-API-Key first), and in
+// any spelling a JWT library accepts (a padded signature, a lower-case
+// scheme with a tab): with a limit of 1, each such request is refused under
+// her subject, not counted under a fresh key.
+func TestJWTBesideAPIKeyEndToEnd(t *testing.T) {
+	const secret = "e2e-secret-e2e-secret-e2e-secret"
+	rec := newRecorder(t)
+	p := startProxy(t, rec.URL(), map[string]string{"CHAT_RPM": "1", "JWT_HS256_SECRET": secret})
+	alice, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, p.post(t, "/v1/messages", "Authorization", "Bearer "+alice), 200)
+	for i, hdr := range [][]string{
+		{"Authorization", "Bearer " + alice, "X-API-Key", "sk-ant-made-up-1"},
+		{"Authorization", "Bearer " + alice, "X-API-Key", "sk-ant-made-up-2"},
+		{"Authorization", "bearer\t" + alice + "=", "X-API-Key", "sk-ant-made-up-3"},
+		{"X-API-Key", "Bearer " + alice + "=="},
+	} {
+		r := p.post(t, "/v1/messages", hdr...)
+		wantStatus(t, r, 429)
+		if got := r.json(t)["denied_key"]; got != "caller=jwt:alice" {
+			t.Fatalf("request %d: denied_key %v", i, got)
+		}
+	}
+	if n := rec.count(); n != 1 {
+		t.Fatalf("the upstream got %d requests, want 1", n)
+	}
+}

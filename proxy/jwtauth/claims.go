@@ -59,27 +59,3 @@ func scalar(x any) (string, bool) {
 	}
 	return "", false
 }
-
-// Shaped reports whether token has the shape of a JWT in compact JWS form:
-// three base64url segments separated by dots, the first two non-empty (the
-// third is empty in an "alg": "none" token). A shaped bearer token is meant
-// as a JWT: when it does not verify, it is no credential (SPEC §7.5).
-func Shaped(token string) bool {
-	dots := 0
-	seg := 0 // length of the current segment
-	for i := 0; i < len(token); i++ {
-		switch c := token[i]; {
-		case c == '.':
-			if seg == 0 || dots == 2 {
-				return false
-			}
-			dots++
-			seg = 0
-		case 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_':
-			seg++
-		default:
-			return false
-		}
-	}
-	return dots == 2
-}

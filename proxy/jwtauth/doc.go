@@ -23,8 +23,11 @@
 //   - "exp" and "nbf" are checked when present, with 30 s leeway; "iss" and
 //     "aud" when an issuer or audience is configured. A future "iat" is no
 //     reason to refuse.
-//   - A token longer than [MaxTokenBytes] is refused unparsed; segments must
-//     be canonical unpadded base64url.
+//   - A token longer than [MaxTokenBytes] is refused unparsed. A shorter one
+//     is read as leniently as PyJWT, jose and golang-jwt read it (padding,
+//     either base64 alphabet, stray characters, spare bits: compact.go), so
+//     that every spelling a library accepts is the same token; the
+//     signature is checked over the header and payload as sent.
 //
 // The key set (a URL fetched, a file read) is loaded at start, then every
 // Options.Refresh; a token naming an unknown "kid" loads it again at once, at

@@ -9,3 +9,6 @@ func ParseKeySet(data []byte) (kept, skipped int, err error) {
 	}
 	return kept, sk.n, err
 }
+
+// DecodeSegment exposes the two readings of a segment (PyJWT's, Node's).
+func DecodeSegment(seg string) (py, node []byte) { return decodeSegment(seg) }

@@ -1,6 +1,7 @@
 package jwtauth
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -63,7 +64,6 @@ type Verifier struct {
 	keys     atomic.Pointer[keySet]
 	seq      atomic.Uint64 // numbers fetches, so an older one never wins
 	allowed  map[string]bool
-	parser   *jwt.Parser
 	claims   *jwt.Validator
 	issuer   bool // an issuer is required
 	audience bool // an audience is required
@@ -128,12 +128,6 @@ func New(o Options) (*Verifier, error) {
 	for _, m := range methods {
 		v.allowed[m] = true
 	}
-	v.parser = jwt.NewParser(
-		jwt.WithValidMethods(methods),
-		jwt.WithJSONNumber(),
-		jwt.WithStrictDecoding(),
-		jwt.WithoutClaimsValidation(), // after our own checks, in validate
-	)
 	opts := []jwt.ParserOption{jwt.WithLeeway(leeway), jwt.WithTimeFunc(v.now)}
 	if o.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(o.Issuer))
@@ -179,17 +173,78 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	c, ok := readCompact(token)
+	if !ok {
+		return nil, errMalformed
+	}
+	t := &jwt.Token{Raw: token}
+	if err := decodeJSON(c.header, &t.Header, false); err != nil {
+		return nil, errMalformed
+	}
 	claims := jwt.MapClaims{}
-	tok, err := v.parser.ParseWithClaims(token, claims, func(t *jwt.Token) (any, error) {
-		return v.keyFor(ctx, t)
-	})
+	if err := decodeJSON(c.payload, &claims, true); err != nil {
+		return nil, errMalformed
+	}
+	alg, ok := t.Header["alg"].(string)
+	if !ok {
+		return nil, errMalformed // no alg, or not a string
+	}
+	if t.Method = jwt.GetSigningMethod(alg); t.Method == nil || !v.allowed[alg] {
+		return nil, errAlgorithm
+	}
+	key, err := v.keyFor(ctx, t)
 	if err != nil {
-		return nil, v.reason(tok, err)
+		return nil, err
+	}
+	if !verifies(t.Method, c, key) {
+		return nil, errSignature
 	}
 	if err := v.validate(claims); err != nil {
 		return nil, err
 	}
 	return Claims(claims), nil
+}
+
+// decodeJSON reads a header or payload as golang-jwt does: one JSON
+// object, whatever follows it; numbers as json.Number when useNumber.
+func decodeJSON(b []byte, into any, useNumber bool) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if useNumber {
+		dec.UseNumber()
+	}
+	if err := dec.Decode(into); err != nil {
+		return err
+	}
+	if m, ok := into.(*map[string]any); ok && *m == nil { // "null"
+		return errMalformed
+	}
+	if m, ok := into.(*jwt.MapClaims); ok && *m == nil {
+		return errMalformed
+	}
+	return nil
+}
+
+// verifies reports whether a reading of the signature verifies the signed
+// part under key (one key or a set).
+func verifies(m jwt.SigningMethod, c compact, key any) bool {
+	keys := []any{key}
+	if set, ok := key.(jwt.VerificationKeySet); ok {
+		keys = keys[:0]
+		for _, k := range set.Keys {
+			keys = append(keys, k)
+		}
+	}
+	for i, sig := range c.sigs {
+		if i > 0 && bytes.Equal(sig, c.sigs[0]) {
+			break
+		}
+		for _, k := range keys {
+			if m.Verify(c.signed, sig, k) == nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // keyFor finds the key(s) of the token's algorithm and kid.
@@ -239,31 +294,6 @@ func verificationKeys(keys []any) any {
 		set.Keys[i] = k
 	}
 	return set
-}
-
-// reason turns a golang-jwt error into one of ours.
-func (v *Verifier) reason(tok *jwt.Token, err error) error {
-	for _, ours := range []error{errCrit, errAlgorithm, errUnknownKey, errKeyMismatch, errMalformed} {
-		if errors.Is(err, ours) {
-			return ours
-		}
-	}
-	if tok != nil && tok.Header != nil {
-		if alg, ok := tok.Header["alg"].(string); ok && !v.allowed[alg] {
-			return errAlgorithm
-		} else if !ok && !errors.Is(err, jwt.ErrTokenMalformed) {
-			return errMalformed // no alg, or not a string
-		}
-	}
-	switch {
-	case errors.Is(err, jwt.ErrTokenMalformed):
-		return errMalformed
-	case errors.Is(err, jwt.ErrTokenUnverifiable):
-		return errAlgorithm
-	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
-		return errSignature
-	}
-	return errMalformed
 }
 
 // validate checks the registered claims of a token whose signature verified.

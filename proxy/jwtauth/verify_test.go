@@ -163,10 +163,12 @@ func TestRefusals(t *testing.T) {
 		{"tampered header", segment(t, map[string]string{"alg": "RS256", "kid": "rsa", "typ": "at+jwt"}) + "." + parts[1] + "." + parts[2], "bad signature"},
 		{"signature removed", parts[0] + "." + parts[1] + ".", "bad signature"},
 		{"two segments", parts[0] + "." + parts[1], "malformed"},
-		{"four segments", good + ".x", "malformed"},
-		{"trailing dot", good + ".", "malformed"},
-		{"padded signature", good + "==", "malformed"},
-		{"standard base64 alphabet", parts[0] + "." + parts[1] + "." + strings.NewReplacer("-", "+", "_", "/").Replace(parts[2]) + "+", "malformed"},
+		{"four segments", good + ".x", "bad signature"}, // read as PyJWT reads it: the payload holds a dot
+		{"trailing dot", good + ".", "bad signature"},
+		{"one more signature character", good + "A", "bad signature"},
+		{"standard base64 alphabet, one more character", parts[0] + "." + parts[1] + "." + strings.NewReplacer("-", "+", "_", "/").Replace(parts[2]) + "+", "bad signature"},
+		{"padded header", parts[0] + "=." + parts[1] + "." + parts[2], "bad signature"}, // the signature covers the header as sent
+		{"header readings differ", parts[0][:8] + "=" + parts[0][8:] + "." + parts[1] + "." + parts[2], "malformed"},
 		{"empty", "", "malformed"},
 		{"dots only", "..", "malformed"},
 		{"header not JSON", "bm90IGpzb24." + parts[1] + "." + parts[2], "malformed"},
@@ -379,5 +381,59 @@ func TestVerifiedClaims(t *testing.T) {
 	}
 	if _, ok := c.Value("org"); ok {
 		t.Error("an object is a value")
+	}
+}
+
+// Every spelling of a signature that PyJWT, jose or golang-jwt reads as
+// that signature verifies: padding, text after it, the standard alphabet,
+// whitespace and junk inside, spare bits set, and an "=" that only one of
+// the two readings (PyJWT's, Node's) stops at.
+func TestSignatureSpellings(t *testing.T) {
+	k := keys()
+	c := newClock()
+	v := bothVerifier(t, c)
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	for _, tc := range []struct {
+		name string
+		m    jwt.SigningMethod
+		key  any
+		kid  string
+	}{
+		{"HS256", jwt.SigningMethodHS256, k.secret, ""},
+		{"RS256", jwt.SigningMethodRS256, k.rsa, "rsa"},
+		{"ES256", jwt.SigningMethodES256, k.p256, "p256"},
+	} {
+		tok := sign(t, tc.m, tc.key, tc.kid, jwt.MapClaims{"sub": "alice"})
+		i := strings.LastIndexByte(tok, '.')
+		signed, sig := tok[:i+1], tok[i+1:]
+		last := strings.IndexByte(alphabet, sig[len(sig)-1])
+		spellings := map[string]string{
+			"padded":             signed + sig + "==",
+			"text after padding": signed + sig + "==x y",
+			"standard alphabet":  signed + strings.NewReplacer("-", "+", "_", "/").Replace(sig),
+			"whitespace inside":  signed + sig[:5] + " \t\r\n" + sig[5:],
+			"junk inside":        signed + sig[:5] + "!*~" + sig[5:] + "é",
+			"early = (PyJWT)":    signed + sig[:4] + "=" + sig[4:],
+			"= then data (Node)": signed + sig + "=AB",
+		}
+		if len(sig)%4 != 0 {
+			spellings["spare bits set"] = signed + sig[:len(sig)-1] + string(alphabet[last^1])
+		}
+		for name, s := range spellings {
+			got, err := verify(v, s)
+			if err != nil {
+				t.Errorf("%s %s: %v", tc.name, name, err)
+				continue
+			}
+			if sub, _ := got.Subject("sub"); sub != "alice" {
+				t.Errorf("%s %s: sub %q", tc.name, name, sub)
+			}
+		}
+		// One character more or less is another signature.
+		for _, s := range []string{signed + sig + "AA", signed + sig[:len(sig)-2]} {
+			if _, err := verify(v, s); err == nil {
+				t.Errorf("%s: %q verified", tc.name, s)
+			}
+		}
 	}
 }
