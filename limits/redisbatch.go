@@ -2,7 +2,9 @@ package limits
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -140,8 +142,16 @@ func (s *Redis) evaluateSplit(ctx context.Context, hits []Hit, parts [][]int, no
 			out[i].Ticket = Ticket{} // nothing stays recorded
 		}
 	}
+	// A part once sent is waited for even if the request goes away: its
+	// reply says what to roll back (a part abandoned mid-call may stay
+	// recorded). The request's end is checked between parts instead.
+	sent := context.WithoutCancel(ctx)
 	allowed := true
 	for _, part := range parts {
+		if err := ctx.Err(); err != nil {
+			rollback()
+			return false, err
+		}
 		ph := make([]Hit, len(part))
 		for j, i := range part {
 			ph[j] = hits[i]
@@ -150,14 +160,14 @@ func (s *Redis) evaluateSplit(ctx context.Context, hits []Hit, parts [][]int, no
 		if !allowed {
 			m = modeRefused
 		}
-		sh, err := s.shardOf(ctx, &ph[0])
+		sh, err := s.shardOf(sent, &ph[0])
 		if err != nil {
 			rollback()
 			return false, err
 		}
 		pout := make([]Decision, len(part))
 		recs := make([]int64, len(part))
-		ok, err := s.run(ctx, sh, ph, now, pout, recs, m)
+		ok, err := s.run(sent, sh, ph, now, pout, recs, m)
 		if err != nil {
 			rollback()
 			return false, err
@@ -191,9 +201,14 @@ func (s *Redis) evaluateSplit(ctx context.Context, hits []Hit, parts [][]int, no
 }
 
 // rollback takes back what redis.lua recorded of one part: a refund of
-// each hit's whole cost (best effort: a part that cannot be taken back
-// stays counted, which refuses more, never admits more, and leaves the
-// window or refills like any admission).
+// each hit's whole cost. It is complete before the refusal is returned:
+// the master answered the part a moment ago, so the rollback neither stops
+// at an open breaker nor gives up at a decision's timeout; it waits up to
+// RollbackTimeout, and tries again within it after a failure that shows
+// the script did not run (no connection, CLUSTERDOWN, TRYAGAIN, LOADING).
+// Only a master silent for the whole RollbackTimeout, or a reply lost on
+// the way (the refund may have been made: trying again could give back
+// twice), leaves the part counted, which refuses more, never admits more.
 func (s *Redis) rollback(sh *redisShard, hits []Hit, recs []int64, now time.Time) {
 	cs := make([]correction, 0, len(hits))
 	for i := range hits {
@@ -202,9 +217,28 @@ func (s *Redis) rollback(sh *redisShard, hits []Hit, recs []int64, now time.Time
 			cs = append(cs, correction{h: &hits[i], rec: recs[i], delta: -hits[i].Cost})
 		}
 	}
-	if len(cs) > 0 {
-		_ = s.correct(context.Background(), sh, cs, now)
+	if len(cs) == 0 {
+		return
 	}
+	deadline := time.Now().Add(s.o.RollbackTimeout)
+	for {
+		err := s.apply(context.Background(), sh, cs, now, time.Until(deadline))
+		if err == nil || !notRun(err) || time.Until(deadline) < retryPause {
+			return
+		}
+		time.Sleep(retryPause)
+	}
+}
+
+// retryPause is the wait before a rollback tries again.
+const retryPause = 20 * time.Millisecond
+
+// notRun reports whether err shows that the script was not run: the call
+// never reached Redis, or Redis refused it before running it.
+func notRun(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, redis.ErrPoolTimeout) ||
+		redis.IsClusterDownError(err) || redis.IsTryAgainError(err) || redis.IsLoadingError(err)
 }
 
 // algorithmArg is an algorithm as the scripts name it.
@@ -262,7 +296,7 @@ func (s *Redis) run(ctx context.Context, sh *redisShard, hits []Hit, now time.Ti
 		}
 		args = append(args, algorithmArg(h.Rule.Algorithm), shadow, limit, h.Rule.Window.Microseconds(), h.Cost, burst)
 	}
-	reply, err := s.exec(ctx, sh, s.script, keys, args)
+	reply, err := s.exec(ctx, sh, s.script, keys, args, s.o.Timeout)
 	if err != nil {
 		return false, fmt.Errorf("redis decision: %w", err)
 	}
@@ -285,11 +319,10 @@ func (s *Redis) clock(now time.Time) int64 {
 	return 0
 }
 
-// exec runs script on sh's server within the timeout, keeping sh's
-// breaker: a failure of Redis counts towards opening it, a success closes
-// the count.
-func (s *Redis) exec(ctx context.Context, sh *redisShard, script *redis.Script, keys []string, args []any) (any, error) {
-	callCtx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+// exec runs script on sh's server within timeout, keeping sh's breaker: a
+// failure of Redis counts towards opening it, a success closes the count.
+func (s *Redis) exec(ctx context.Context, sh *redisShard, script *redis.Script, keys []string, args []any, timeout time.Duration) (any, error) {
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	start := time.Now()
 	res, err := script.Run(callCtx, s.o.Client, keys, args...).Result()
 	cancel()
