@@ -7,8 +7,13 @@
 --   1 peek: answer exactly as mode 0 would, recording nothing;
 --   2 refused: the batch is refused already (an earlier part of a split
 --     batch refused): answer as is, recording nothing;
--- [4] maxSlots; then per hit: algorithm ("w": sliding window, "b": token
--- bucket), shadow (1/0), limit, window (µs), cost, burst (buckets only).
+-- [4] maxSlots, [5] marks: 0 none (a single server), 1 each hit's counter
+-- keys are followed by its pending mark's key (a Cluster), 2 as 1, and
+-- each hit recorded sets its pending mark: this part of a split batch may
+-- still be rolled back; [6] how long a pending mark lasts, ms (it outlasts
+-- the rollback of the charge it marks); then per hit: algorithm ("w":
+-- sliding window, "b": token bucket), shadow (1/0), limit, window (µs),
+-- cost, burst (buckets only).
 -- KEYS, per hit in order: a sliding window's sorted set of time slots
 -- (member: slot id, score: the slot's latest admission, µs) and its hash
 -- (slot id -> cost counted in it, at least 1; "s": the sum of live
@@ -19,9 +24,13 @@
 -- dropped as expired, µs, so that a settlement knows an admission counted
 -- then or before may have lost its slot); a token bucket's one string
 -- key, "tokens last" (the tokens, fractional, as %.17g, at `last`, in µs;
--- below 0 after a settled charge, a debt).
+-- below 0 after a settled charge, a debt); then, with marks, the counter's
+-- pending mark (a key that exists while a charge recorded by a part of a
+-- split batch may still be rolled back).
 -- Returns: allowed (1/0: every enforcing hit admits), now (µs), then 6
--- values per hit: allowed (1/0) and what was recorded, which settle.lua
+-- values per hit: allowed (1 admits, 0 refuses, -1 refuses while the
+-- counter holds a charge that may still be rolled back: the refusal may
+-- not last) and what was recorded, which settle.lua
 -- takes to settle or roll back the admission (for a window the slot: a
 -- sequence number > 0, or -(bucket+1) for a grouped slot; for a bucket 1;
 -- 0 when nothing was), then for a window: remaining, retry after, reset
@@ -57,6 +66,8 @@ if now == 0 then
 end
 local mode = tonumber(ARGV[3])
 local maxslots = tonumber(ARGV[4])
+local marks = tonumber(ARGV[5])
+local markttl = tonumber(ARGV[6])
 
 local function evalWindow(hit)
   local z, h = hit.z, hit.h
@@ -234,7 +245,7 @@ local ok = true
 local hits = {}
 local k = 1
 for i = 1, n do
-  local a = 4 + (i - 1) * 6
+  local a = 6 + (i - 1) * 6
   local hit = {bucket = ARGV[a + 1] == 'b', shadow = ARGV[a + 2] == '1', limit = tonumber(ARGV[a + 3]),
                window = tonumber(ARGV[a + 4]), cost = tonumber(ARGV[a + 5]), burst = tonumber(ARGV[a + 6]),
                allowed = false, retry = 0, reset = 0, nxt = 0, rec = 0}
@@ -246,6 +257,10 @@ for i = 1, n do
     hit.z, hit.h = KEYS[k], KEYS[k + 1]
     k = k + 2
     evalWindow(hit)
+  end
+  if marks > 0 then
+    hit.p = KEYS[k]
+    k = k + 1
   end
   if not hit.allowed and not hit.shadow then ok = false end
   hits[i] = hit
@@ -262,7 +277,15 @@ for i = 1, n do
   else
     reportWindow(hit)
   end
-  out[#out + 1] = hit.allowed and 1 or 0
+  if marks == 2 and hit.rec ~= 0 then
+    redis.call('SET', hit.p, 1, 'PX', markttl)
+  end
+  local verdict = 1
+  if not hit.allowed then
+    verdict = 0
+    if marks > 0 and not hit.shadow and redis.call('EXISTS', hit.p) == 1 then verdict = -1 end
+  end
+  out[#out + 1] = verdict
   out[#out + 1] = hit.rec
   if hit.bucket then
     out[#out + 1] = hit.state

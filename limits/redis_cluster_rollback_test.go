@@ -3,6 +3,7 @@ package limits_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +12,93 @@ import (
 	"github.com/ratelimit-proxy/ratelimit-proxy/internal/redistest"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 )
+
+// After any burst of concurrent batches whose counters live in three slots
+// (a global window, a caller's token bucket, a caller's window), decided by
+// two instances each behind its refusal memory as the binary runs them,
+// every counter holds exactly what was admitted, and every caller with
+// room is admitted at once: a refusal caused by another batch's part that
+// was rolled back a moment later is not remembered as final.
+func TestRedisClusterBurstLeavesNothingBehind(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	stores := []*limits.Redis{clusterStore(t, c, "burst:", time.Second), clusterStore(t, c, "burst:", time.Second)}
+	mems := []limits.Store{limits.NewRemember(stores[0], 1000), limits.NewRemember(stores[1], 1000)}
+	const burst, windowLimit = 4, 5
+	for round := range 24 {
+		glimit := int64(6 + round%7)
+		callers := 3 + round%6
+		global := sw(fmt.Sprintf("global%d", round), glimit, time.Minute)
+		// A refill of 1 per hour: within the test, the bucket holds
+		// exactly burst minus what it admitted.
+		bucket := tb(fmt.Sprintf("bucket%d", round), 1, time.Hour, burst)
+		window := sw(fmt.Sprintf("window%d", round), windowLimit, time.Minute)
+		batch := func(caller int) []limits.Hit {
+			k := limits.KeyOf("caller", fmt.Sprint("c", caller))
+			return []limits.Hit{{Rule: global, Key: limits.NewKey(), Cost: 1}, {Rule: bucket, Key: k, Cost: 1}, {Rule: window, Key: k, Cost: 1}}
+		}
+		admitted := make([]int64, callers)
+		var total int64
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i := range 24 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out := make([]limits.Decision, 3)
+				ok, err := mems[i%2].Decide(context.Background(), batch(i%callers), time.Now(), out)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok {
+					mu.Lock()
+					admitted[i%callers]++
+					total++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		if total > glimit {
+			t.Fatalf("round %d: %d admitted past the global limit %d", round, total, glimit)
+		}
+		// Every counter, read from the store itself: exactly the admissions.
+		if rem := read(t, stores[0], batch(0)[:1], time.Now()); rem[0] != glimit-total {
+			t.Fatalf("round %d: global window has %d left after %d admitted of %d (a refused batch left a charge)", round, rem[0], total, glimit)
+		}
+		for ci := range callers {
+			rem := read(t, stores[1], batch(ci)[1:], time.Now())
+			if rem[0] != burst-admitted[ci] || rem[1] != windowLimit-admitted[ci] {
+				t.Fatalf("round %d: caller %d admitted %d, its bucket and window have %v left, want [%d %d]",
+					round, ci, admitted[ci], rem, burst-admitted[ci], windowLimit-admitted[ci])
+			}
+		}
+		// Sequentially, each caller once through each instance: admitted
+		// exactly when its bucket and the global window have room.
+		left := glimit - total
+		for ci := range callers {
+			for _, m := range mems {
+				out := make([]limits.Decision, 3)
+				ok, err := m.Decide(context.Background(), batch(ci), time.Now(), out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				room := admitted[ci] < burst && left > 0
+				if ok != room {
+					t.Fatalf("round %d: caller %d (admitted %d, global %d left) answered %v, want %v: %+v",
+						round, ci, admitted[ci], left, ok, room, out)
+				}
+				if ok {
+					admitted[ci]++
+					left--
+				}
+			}
+		}
+	}
+}
 
 // A rollback waits for a master that is slow to answer, rather than giving
 // up after a decision's timeout and leaving the part it takes back

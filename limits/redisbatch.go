@@ -59,7 +59,7 @@ func (s *Redis) Reset(ctx context.Context, rule *Rule, key Key) error {
 	base := s.keyBase(rule.Name, key)
 	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	defer cancel()
-	if err := s.o.Client.Del(ctx, base+":z", base+":h", base+":b").Err(); err != nil {
+	if err := s.o.Client.Del(ctx, base+":z", base+":h", base+":b", base+":p").Err(); err != nil {
 		return fmt.Errorf("redis reset: %w", err)
 	}
 	return nil
@@ -70,7 +70,7 @@ func (s *Redis) evaluate(ctx context.Context, hits []Hit, now time.Time, out []D
 		return false, err
 	}
 	if s.cluster == nil {
-		return s.run(ctx, s.shard(""), hits, now, out, nil, mode)
+		return s.run(ctx, s.shard(""), hits, now, out, nil, mode, marksNone, 0)
 	}
 	parts := s.slotParts(hits)
 	if len(parts) == 1 {
@@ -78,7 +78,7 @@ func (s *Redis) evaluate(ctx context.Context, hits []Hit, now time.Time, out []D
 		if err != nil {
 			return false, err
 		}
-		return s.run(ctx, sh, hits, now, out, nil, mode)
+		return s.run(ctx, sh, hits, now, out, nil, mode, marksCheck, 0)
 	}
 	return s.evaluateSplit(ctx, hits, parts, now, out, mode)
 }
@@ -134,8 +134,9 @@ func (s *Redis) evaluateSplit(ctx context.Context, hits []Hit, parts [][]int, no
 	var done []recorded
 	var taken []int // hits recorded (or, peeking, that would be)
 	rollback := func() {
+		deadline := time.Now().Add(s.o.RollbackTimeout) // for the whole rollback
 		for _, r := range done {
-			s.rollback(r.sh, r.hits, r.recs, now)
+			s.rollback(r.sh, r.hits, r.recs, now, deadline)
 		}
 		done = nil
 		for i := range out {
@@ -147,7 +148,11 @@ func (s *Redis) evaluateSplit(ctx context.Context, hits []Hit, parts [][]int, no
 	// recorded). The request's end is checked between parts instead.
 	sent := context.WithoutCancel(ctx)
 	allowed := true
-	for _, part := range parts {
+	// A pending mark outlasts the rollback of what it marks: the parts
+	// after it (each up to a timeout to find its master and one for its
+	// call), then the rollback, with a second to spare.
+	markFor := time.Duration(2*len(parts))*s.o.Timeout + s.o.RollbackTimeout + time.Second
+	for p, part := range parts {
 		if err := ctx.Err(); err != nil {
 			rollback()
 			return false, err
@@ -167,7 +172,11 @@ func (s *Redis) evaluateSplit(ctx context.Context, hits []Hit, parts [][]int, no
 		}
 		pout := make([]Decision, len(part))
 		recs := make([]int64, len(part))
-		ok, err := s.run(sent, sh, ph, now, pout, recs, m)
+		marks := marksCheck
+		if p < len(parts)-1 {
+			marks = marksSet // it may be rolled back if a later part refuses or fails
+		}
+		ok, err := s.run(sent, sh, ph, now, pout, recs, m, marks, markFor)
 		if err != nil {
 			rollback()
 			return false, err
@@ -204,12 +213,13 @@ func (s *Redis) evaluateSplit(ctx context.Context, hits []Hit, parts [][]int, no
 // each hit's whole cost. It is complete before the refusal is returned:
 // the master answered the part a moment ago, so the rollback neither stops
 // at an open breaker nor gives up at a decision's timeout; it waits up to
-// RollbackTimeout, and tries again within it after a failure that shows
-// the script did not run (no connection, CLUSTERDOWN, TRYAGAIN, LOADING).
+// RollbackTimeout (all of a batch's parts together, until deadline), and
+// tries again within it after a failure that shows the script did not run
+// (no connection, CLUSTERDOWN, TRYAGAIN, LOADING).
 // Only a master silent for the whole RollbackTimeout, or a reply lost on
 // the way (the refund may have been made: trying again could give back
 // twice), leaves the part counted, which refuses more, never admits more.
-func (s *Redis) rollback(sh *redisShard, hits []Hit, recs []int64, now time.Time) {
+func (s *Redis) rollback(sh *redisShard, hits []Hit, recs []int64, now, deadline time.Time) {
 	cs := make([]correction, 0, len(hits))
 	for i := range hits {
 		if recs[i] != 0 {
@@ -220,7 +230,6 @@ func (s *Redis) rollback(sh *redisShard, hits []Hit, recs []int64, now time.Time
 	if len(cs) == 0 {
 		return
 	}
-	deadline := time.Now().Add(s.o.RollbackTimeout)
 	for {
 		err := s.apply(context.Background(), sh, cs, now, time.Until(deadline))
 		if err == nil || !notRun(err) || time.Until(deadline) < retryPause {
@@ -277,19 +286,34 @@ func (s *Redis) shard(addr string) *redisShard {
 	return v.(*redisShard)
 }
 
+// pendingMarks says what redis.lua does with the counters' pending marks
+// (see Redis): on a single server there are none.
+type pendingMarks int
+
+const (
+	marksNone  pendingMarks = 0 // a single server or Sentinel: no rollback ever
+	marksCheck pendingMarks = 1 // a Cluster: a refusal says whether a mark is on its counter
+	marksSet   pendingMarks = 2 // as marksCheck, and each hit recorded is marked (it may be rolled back)
+)
+
 // run runs the script in mode for hits, which all live on sh; recs, when
 // not nil, receives what each hit recorded (for rollback; 0: nothing).
-func (s *Redis) run(ctx context.Context, sh *redisShard, hits []Hit, now time.Time, out []Decision, recs []int64, mode scriptMode) (bool, error) {
+// marks and markFor are what the script does with pending marks.
+func (s *Redis) run(ctx context.Context, sh *redisShard, hits []Hit, now time.Time, out []Decision, recs []int64, mode scriptMode,
+	marks pendingMarks, markFor time.Duration) (bool, error) {
 	if sh.down.Load() {
 		return false, ErrUnavailable
 	}
-	keys := make([]string, 0, 2*len(hits))
-	args := make([]any, 0, 4+6*len(hits))
-	args = append(args, len(hits), s.clock(now), int(mode), maxSlots)
+	keys := make([]string, 0, 3*len(hits))
+	args := make([]any, 0, 6+6*len(hits))
+	args = append(args, len(hits), s.clock(now), int(mode), maxSlots, int(marks), markFor.Milliseconds())
 	for i := range hits {
 		h := &hits[i]
 		limit, burst := h.Limits()
 		keys = s.appendKeys(keys, h)
+		if marks != marksNone {
+			keys = append(keys, s.keyBase(h.Rule.Name, h.Key)+":p")
+		}
 		shadow := 0
 		if h.Rule.Shadow {
 			shadow = 1
@@ -365,6 +389,7 @@ func decodeReply(res []any, hits []Hit, mode scriptMode, out []Decision, recs []
 		h := &hits[i]
 		limit, burst := h.Limits()
 		allowed, _ := r[0].(int64)
+		pending := allowed < 0 // refused by a counter holding charges that may be rolled back
 		rec, _ := r[1].(int64)
 		if recs != nil {
 			recs[i] = rec
@@ -391,6 +416,7 @@ func decodeReply(res []any, hits []Hit, mode scriptMode, out []Decision, recs []
 				p.take(level, last, now, h.Cost, &d)
 			}
 			d.Ticket = ticket
+			d.pending = pending
 			out[i] = d
 			continue
 		}
@@ -411,6 +437,7 @@ func decodeReply(res []any, hits []Hit, mode scriptMode, out []Decision, recs []
 			ResetAfter: micros(v[2]),
 			NextAfter:  micros(v[3]),
 			Ticket:     ticket,
+			pending:    pending,
 		}
 	}
 	return nil
