@@ -17,10 +17,9 @@
 -- KEYS, per hit in order: a sliding window's sorted set of time slots
 -- (member: slot id, score: the slot's latest admission, µs) and its hash
 -- (slot id -> cost counted in it, at least 1; "s": the sum of live
--- slots; "q": a sequence; "n": the newest slot's time, µs; "e": when the
--- keys' expiry must be pushed back next, µs; "g": when the counter was
--- made, µs, so that a settlement recognises a counter made after its
--- admission, after a Reset; "x": the latest time up to which slots were
+-- slots; "q": a sequence; "n": the newest slot's time, µs; "g": when the
+-- counter was made, µs, so that a settlement recognises a counter made
+-- after its admission, after a Reset; "x": the latest time up to which slots were
 -- dropped as expired, µs, so that a settlement knows an admission counted
 -- then or before may have lost its slot); a token bucket's one string
 -- key, "tokens last" (the tokens, fractional, as %.17g, at `last`, in µs;
@@ -48,10 +47,10 @@
 -- window's contents: a refusal reads the oldest slots that must leave for
 -- the cost to fit (one, for a request of cost 1), so the over-limit
 -- caller's hot path costs Redis no more than an admission. A window's
--- admission costs four commands (five past maxSlots; two more once per
--- window to push its expiry back), its refusal two; a bucket's admission
--- two, its refusal one: each hit of a batch adds a few commands to the
--- one round trip.
+-- admission costs six commands (seven past maxSlots; two of them push
+-- the keys' expiry to one window after it), its refusal two; a bucket's
+-- admission two, its refusal one (one more for a pending mark on a
+-- Cluster): each hit of a batch adds a few commands to the one round trip.
 --
 -- Token bucket: the bucket starts full at burst, refills at limit per
 -- window lazily and never above burst, admits a cost it holds, keeps
@@ -74,10 +73,10 @@ local function evalWindow(hit)
   local edge = now - hit.window
   hit.edge = edge
   local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
-  local fields = redis.call('HMGET', h, 's', 'q', 'n', 'e', 'g', 'x')
+  local fields = redis.call('HMGET', h, 's', 'q', 'n', 'g', 'x')
   local sum = tonumber(fields[1]) or 0
-  hit.q, hit.newest, hit.renew = tonumber(fields[2]) or 0, tonumber(fields[3]), tonumber(fields[4])
-  hit.made = fields[5]
+  hit.q, hit.newest = tonumber(fields[2]) or 0, tonumber(fields[3])
+  hit.made = fields[4]
   if #first > 0 and tonumber(first[2]) <= edge then
     -- Forget the slots that have left the window (now - window, now]; a
     -- peek only leaves them out of its sums.
@@ -88,7 +87,7 @@ local function evalWindow(hit)
     if mode == 0 then
       redis.call('HDEL', h, unpack(old))
       redis.call('ZREMRANGEBYSCORE', z, '-inf', edge)
-      redis.call('HSET', h, 's', sum, 'x', math.max(tonumber(fields[6]) or edge, edge))
+      redis.call('HSET', h, 's', sum, 'x', math.max(tonumber(fields[5]) or edge, edge))
     end
     first = redis.call('ZRANGEBYSCORE', z, edge + 1, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
     if mode == 0 and #first == 0 then
@@ -161,13 +160,10 @@ local function takeWindow(hit)
   end
   hit.nxt = math.max(oldest + hit.window - now, 0)
   if mode ~= 0 then return end
-  -- The keys outlive every live slot by a second at least: their expiry
-  -- is pushed back to two windows past this admission whenever the last
-  -- push covers less than one more window ("e"), or the sorted set is new
-  -- (Redis deletes an emptied one: a rollback may empty it early).
-  local renew = hit.renew
-  local push = not renew or at >= renew or not hit.oldest
-  if push then renew = at + hit.window end
+  -- The keys expire one window after this admission: its slot leaves the
+  -- window then, the last of them (a slot leaves with its latest
+  -- admission), so nothing is left to keep.
+  local ttl = math.ceil((at - now + hit.window) / 1000)
   local made = {}
   if not hit.made then made = {'g', at} end
   if tie then
@@ -181,17 +177,14 @@ local function takeWindow(hit)
   redis.call('ZADD', hit.z, at, id)
   if bucket or tie then
     redis.call('HINCRBY', hit.h, id, hit.cost)
-    redis.call('HSET', hit.h, 's', hit.sum, 'n', at, 'e', renew, unpack(made))
+    redis.call('HSET', hit.h, 's', hit.sum, 'n', at, unpack(made))
     if bucket then hit.rec = -(bucket + 1) end
   else
-    redis.call('HSET', hit.h, 's', hit.sum, 'q', hit.q + 1, 'n', at, 'e', renew, id, hit.cost, unpack(made))
+    redis.call('HSET', hit.h, 's', hit.sum, 'q', hit.q + 1, 'n', at, id, hit.cost, unpack(made))
     hit.rec = hit.q + 1
   end
-  if push then
-    local ttl = math.ceil((at - now + 2 * hit.window) / 1000) + 1000
-    redis.call('PEXPIRE', hit.z, ttl)
-    redis.call('PEXPIRE', hit.h, ttl)
-  end
+  redis.call('PEXPIRE', hit.z, ttl)
+  redis.call('PEXPIRE', hit.h, ttl)
 end
 
 -- Reset and next after of a window hit not counted.
