@@ -253,6 +253,10 @@ type Decision struct {
 	// Ticket is what Decide recorded for this hit, for Settle (zero when
 	// nothing was).
 	Ticket Ticket
+	// pending is set on a refusal that may not last: its counter holds a
+	// charge that a split batch on a Redis Cluster may still roll back
+	// (Remember does not remember it).
+	pending bool
 }
 
 // Ticket names what Decide recorded for one hit, for Settle: the slot of a

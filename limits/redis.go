@@ -57,6 +57,11 @@ type RedisOptions struct {
 	// is the master's address in a cluster, "" for a single server or a
 	// Sentinel-managed master.
 	OnStateChange func(shard string, up bool, err error)
+	// RollbackTimeout bounds the rollback of a split batch's recorded parts
+	// on a Cluster (default 2 s, never less than Timeout): a rollback is
+	// complete before the refusal is returned, so it does not give up at a
+	// decision's timeout (see Redis.rollback).
+	RollbackTimeout time.Duration
 	// ClientClock makes the script use the now passed to Decide instead of
 	// Redis's TIME. For tests that step a fake clock only.
 	ClientClock bool
@@ -116,6 +121,10 @@ func NewRedis(o RedisOptions) *Redis {
 	if o.ProbeEvery <= 0 {
 		o.ProbeEvery = 250 * time.Millisecond
 	}
+	if o.RollbackTimeout <= 0 {
+		o.RollbackTimeout = 2 * time.Second
+	}
+	o.RollbackTimeout = max(o.RollbackTimeout, o.Timeout)
 	s := &Redis{o: o, script: redis.NewScript(decideScript), settle: redis.NewScript(settleScript), stop: make(chan struct{})}
 	s.cluster, _ = o.Client.(*redis.ClusterClient)
 	return s

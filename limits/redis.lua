@@ -7,21 +7,29 @@
 --   1 peek: answer exactly as mode 0 would, recording nothing;
 --   2 refused: the batch is refused already (an earlier part of a split
 --     batch refused): answer as is, recording nothing;
--- [4] maxSlots; then per hit: algorithm ("w": sliding window, "b": token
--- bucket), shadow (1/0), limit, window (µs), cost, burst (buckets only).
+-- [4] maxSlots, [5] marks: 0 none (a single server), 1 each hit's counter
+-- keys are followed by its pending mark's key (a Cluster), 2 as 1, and
+-- each hit recorded sets its pending mark: this part of a split batch may
+-- still be rolled back; [6] how long a pending mark lasts, ms (it outlasts
+-- the rollback of the charge it marks); then per hit: algorithm ("w":
+-- sliding window, "b": token bucket), shadow (1/0), limit, window (µs),
+-- cost, burst (buckets only).
 -- KEYS, per hit in order: a sliding window's sorted set of time slots
 -- (member: slot id, score: the slot's latest admission, µs) and its hash
 -- (slot id -> cost counted in it, at least 1; "s": the sum of live
--- slots; "q": a sequence; "n": the newest slot's time, µs; "e": when the
--- keys' expiry must be pushed back next, µs; "g": when the counter was
--- made, µs, so that a settlement recognises a counter made after its
--- admission, after a Reset; "x": the latest time up to which slots were
+-- slots; "q": a sequence; "n": the newest slot's time, µs; "g": when the
+-- counter was made, µs, so that a settlement recognises a counter made
+-- after its admission, after a Reset; "x": the latest time up to which slots were
 -- dropped as expired, µs, so that a settlement knows an admission counted
 -- then or before may have lost its slot); a token bucket's one string
 -- key, "tokens last" (the tokens, fractional, as %.17g, at `last`, in µs;
--- below 0 after a settled charge, a debt).
+-- below 0 after a settled charge, a debt); then, with marks, the counter's
+-- pending mark (a key that exists while a charge recorded by a part of a
+-- split batch may still be rolled back).
 -- Returns: allowed (1/0: every enforcing hit admits), now (µs), then 6
--- values per hit: allowed (1/0) and what was recorded, which settle.lua
+-- values per hit: allowed (1 admits, 0 refuses, -1 refuses while the
+-- counter holds a charge that may still be rolled back: the refusal may
+-- not last) and what was recorded, which settle.lua
 -- takes to settle or roll back the admission (for a window the slot: a
 -- sequence number > 0, or -(bucket+1) for a grouped slot; for a bucket 1;
 -- 0 when nothing was), then for a window: remaining, retry after, reset
@@ -39,10 +47,10 @@
 -- window's contents: a refusal reads the oldest slots that must leave for
 -- the cost to fit (one, for a request of cost 1), so the over-limit
 -- caller's hot path costs Redis no more than an admission. A window's
--- admission costs four commands (five past maxSlots; two more once per
--- window to push its expiry back), its refusal two; a bucket's admission
--- two, its refusal one: each hit of a batch adds a few commands to the
--- one round trip.
+-- admission costs six commands (seven past maxSlots; two of them push
+-- the keys' expiry to one window after it), its refusal two; a bucket's
+-- admission two, its refusal one (one more for a pending mark on a
+-- Cluster): each hit of a batch adds a few commands to the one round trip.
 --
 -- Token bucket: the bucket starts full at burst, refills at limit per
 -- window lazily and never above burst, admits a cost it holds, keeps
@@ -57,16 +65,18 @@ if now == 0 then
 end
 local mode = tonumber(ARGV[3])
 local maxslots = tonumber(ARGV[4])
+local marks = tonumber(ARGV[5])
+local markttl = tonumber(ARGV[6])
 
 local function evalWindow(hit)
   local z, h = hit.z, hit.h
   local edge = now - hit.window
   hit.edge = edge
   local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
-  local fields = redis.call('HMGET', h, 's', 'q', 'n', 'e', 'g', 'x')
+  local fields = redis.call('HMGET', h, 's', 'q', 'n', 'g', 'x')
   local sum = tonumber(fields[1]) or 0
-  hit.q, hit.newest, hit.renew = tonumber(fields[2]) or 0, tonumber(fields[3]), tonumber(fields[4])
-  hit.made = fields[5]
+  hit.q, hit.newest = tonumber(fields[2]) or 0, tonumber(fields[3])
+  hit.made = fields[4]
   if #first > 0 and tonumber(first[2]) <= edge then
     -- Forget the slots that have left the window (now - window, now]; a
     -- peek only leaves them out of its sums.
@@ -77,7 +87,7 @@ local function evalWindow(hit)
     if mode == 0 then
       redis.call('HDEL', h, unpack(old))
       redis.call('ZREMRANGEBYSCORE', z, '-inf', edge)
-      redis.call('HSET', h, 's', sum, 'x', math.max(tonumber(fields[6]) or edge, edge))
+      redis.call('HSET', h, 's', sum, 'x', math.max(tonumber(fields[5]) or edge, edge))
     end
     first = redis.call('ZRANGEBYSCORE', z, edge + 1, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
     if mode == 0 and #first == 0 then
@@ -150,13 +160,10 @@ local function takeWindow(hit)
   end
   hit.nxt = math.max(oldest + hit.window - now, 0)
   if mode ~= 0 then return end
-  -- The keys outlive every live slot by a second at least: their expiry
-  -- is pushed back to two windows past this admission whenever the last
-  -- push covers less than one more window ("e"), or the sorted set is new
-  -- (Redis deletes an emptied one: a rollback may empty it early).
-  local renew = hit.renew
-  local push = not renew or at >= renew or not hit.oldest
-  if push then renew = at + hit.window end
+  -- The keys expire one window after this admission: its slot leaves the
+  -- window then, the last of them (a slot leaves with its latest
+  -- admission), so nothing is left to keep.
+  local ttl = math.ceil((at - now + hit.window) / 1000)
   local made = {}
   if not hit.made then made = {'g', at} end
   if tie then
@@ -170,17 +177,14 @@ local function takeWindow(hit)
   redis.call('ZADD', hit.z, at, id)
   if bucket or tie then
     redis.call('HINCRBY', hit.h, id, hit.cost)
-    redis.call('HSET', hit.h, 's', hit.sum, 'n', at, 'e', renew, unpack(made))
+    redis.call('HSET', hit.h, 's', hit.sum, 'n', at, unpack(made))
     if bucket then hit.rec = -(bucket + 1) end
   else
-    redis.call('HSET', hit.h, 's', hit.sum, 'q', hit.q + 1, 'n', at, 'e', renew, id, hit.cost, unpack(made))
+    redis.call('HSET', hit.h, 's', hit.sum, 'q', hit.q + 1, 'n', at, id, hit.cost, unpack(made))
     hit.rec = hit.q + 1
   end
-  if push then
-    local ttl = math.ceil((at - now + 2 * hit.window) / 1000) + 1000
-    redis.call('PEXPIRE', hit.z, ttl)
-    redis.call('PEXPIRE', hit.h, ttl)
-  end
+  redis.call('PEXPIRE', hit.z, ttl)
+  redis.call('PEXPIRE', hit.h, ttl)
 end
 
 -- Reset and next after of a window hit not counted.
@@ -234,7 +238,7 @@ local ok = true
 local hits = {}
 local k = 1
 for i = 1, n do
-  local a = 4 + (i - 1) * 6
+  local a = 6 + (i - 1) * 6
   local hit = {bucket = ARGV[a + 1] == 'b', shadow = ARGV[a + 2] == '1', limit = tonumber(ARGV[a + 3]),
                window = tonumber(ARGV[a + 4]), cost = tonumber(ARGV[a + 5]), burst = tonumber(ARGV[a + 6]),
                allowed = false, retry = 0, reset = 0, nxt = 0, rec = 0}
@@ -246,6 +250,10 @@ for i = 1, n do
     hit.z, hit.h = KEYS[k], KEYS[k + 1]
     k = k + 2
     evalWindow(hit)
+  end
+  if marks > 0 then
+    hit.p = KEYS[k]
+    k = k + 1
   end
   if not hit.allowed and not hit.shadow then ok = false end
   hits[i] = hit
@@ -262,7 +270,15 @@ for i = 1, n do
   else
     reportWindow(hit)
   end
-  out[#out + 1] = hit.allowed and 1 or 0
+  if marks == 2 and hit.rec ~= 0 then
+    redis.call('SET', hit.p, 1, 'PX', markttl)
+  end
+  local verdict = 1
+  if not hit.allowed then
+    verdict = 0
+    if marks > 0 and not hit.shadow and redis.call('EXISTS', hit.p) == 1 then verdict = -1 end
+  end
+  out[#out + 1] = verdict
   out[#out + 1] = hit.rec
   if hit.bucket then
     out[#out + 1] = hit.state

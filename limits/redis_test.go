@@ -325,3 +325,34 @@ func TestRedisKeysExpire(t *testing.T) {
 		t.Fatalf("a bucket one token short of full kept for %v", ttl)
 	}
 }
+
+// A window's keys expire one window after its last admission, when every
+// slot has left it (a slot leaves with its latest admission), on Redis's
+// clock as on a store's own.
+func TestRedisWindowKeysLiveOneWindow(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { client.Close() })
+	for _, own := range []bool{false, true} {
+		prefix := fmt.Sprintf("life%v:", own)
+		s := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: prefix, Timeout: time.Second, ClientClock: own})
+		t.Cleanup(s.Close)
+		w := sw("w", 5, time.Minute)
+		base := time.Now()
+		for i, after := range []time.Duration{0, 20 * time.Second, 50 * time.Second} {
+			now := base.Add(after)
+			if !own {
+				now = time.Now()
+			}
+			if !allow(t, s, w, "k", 1, now).Allowed {
+				t.Fatalf("admission %d refused", i)
+			}
+			for _, k := range []string{prefix + "{w|caller=k}:z", prefix + "{w|caller=k}:h"} {
+				ttl, err := client.PTTL(context.Background(), k).Result()
+				if err != nil || ttl > time.Minute || ttl < time.Minute-5*time.Second {
+					t.Fatalf("store clock %v, admission %d: %s expires in %v (%v), want one window, 60 s", own, i, k, ttl, err)
+				}
+			}
+		}
+	}
+}

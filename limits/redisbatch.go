@@ -2,7 +2,9 @@ package limits
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -57,7 +59,7 @@ func (s *Redis) Reset(ctx context.Context, rule *Rule, key Key) error {
 	base := s.keyBase(rule.Name, key)
 	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	defer cancel()
-	if err := s.o.Client.Del(ctx, base+":z", base+":h", base+":b").Err(); err != nil {
+	if err := s.o.Client.Del(ctx, base+":z", base+":h", base+":b", base+":p").Err(); err != nil {
 		return fmt.Errorf("redis reset: %w", err)
 	}
 	return nil
@@ -68,7 +70,7 @@ func (s *Redis) evaluate(ctx context.Context, hits []Hit, now time.Time, out []D
 		return false, err
 	}
 	if s.cluster == nil {
-		return s.run(ctx, s.shard(""), hits, now, out, nil, mode)
+		return s.run(ctx, s.shard(""), hits, now, out, nil, mode, marksNone, 0)
 	}
 	parts := s.slotParts(hits)
 	if len(parts) == 1 {
@@ -76,7 +78,7 @@ func (s *Redis) evaluate(ctx context.Context, hits []Hit, now time.Time, out []D
 		if err != nil {
 			return false, err
 		}
-		return s.run(ctx, sh, hits, now, out, nil, mode)
+		return s.run(ctx, sh, hits, now, out, nil, mode, marksCheck, 0)
 	}
 	return s.evaluateSplit(ctx, hits, parts, now, out, mode)
 }
@@ -132,16 +134,29 @@ func (s *Redis) evaluateSplit(ctx context.Context, hits []Hit, parts [][]int, no
 	var done []recorded
 	var taken []int // hits recorded (or, peeking, that would be)
 	rollback := func() {
+		deadline := time.Now().Add(s.o.RollbackTimeout) // for the whole rollback
 		for _, r := range done {
-			s.rollback(r.sh, r.hits, r.recs, now)
+			s.rollback(r.sh, r.hits, r.recs, now, deadline)
 		}
 		done = nil
 		for i := range out {
 			out[i].Ticket = Ticket{} // nothing stays recorded
 		}
 	}
+	// A part once sent is waited for even if the request goes away: its
+	// reply says what to roll back (a part abandoned mid-call may stay
+	// recorded). The request's end is checked between parts instead.
+	sent := context.WithoutCancel(ctx)
 	allowed := true
-	for _, part := range parts {
+	// A pending mark outlasts the rollback of what it marks: the parts
+	// after it (each up to a timeout to find its master and one for its
+	// call), then the rollback, with a second to spare.
+	markFor := time.Duration(2*len(parts))*s.o.Timeout + s.o.RollbackTimeout + time.Second
+	for p, part := range parts {
+		if err := ctx.Err(); err != nil {
+			rollback()
+			return false, err
+		}
 		ph := make([]Hit, len(part))
 		for j, i := range part {
 			ph[j] = hits[i]
@@ -150,14 +165,18 @@ func (s *Redis) evaluateSplit(ctx context.Context, hits []Hit, parts [][]int, no
 		if !allowed {
 			m = modeRefused
 		}
-		sh, err := s.shardOf(ctx, &ph[0])
+		sh, err := s.shardOf(sent, &ph[0])
 		if err != nil {
 			rollback()
 			return false, err
 		}
 		pout := make([]Decision, len(part))
 		recs := make([]int64, len(part))
-		ok, err := s.run(ctx, sh, ph, now, pout, recs, m)
+		marks := marksCheck
+		if p < len(parts)-1 {
+			marks = marksSet // it may be rolled back if a later part refuses or fails
+		}
+		ok, err := s.run(sent, sh, ph, now, pout, recs, m, marks, markFor)
 		if err != nil {
 			rollback()
 			return false, err
@@ -191,10 +210,16 @@ func (s *Redis) evaluateSplit(ctx context.Context, hits []Hit, parts [][]int, no
 }
 
 // rollback takes back what redis.lua recorded of one part: a refund of
-// each hit's whole cost (best effort: a part that cannot be taken back
-// stays counted, which refuses more, never admits more, and leaves the
-// window or refills like any admission).
-func (s *Redis) rollback(sh *redisShard, hits []Hit, recs []int64, now time.Time) {
+// each hit's whole cost. It is complete before the refusal is returned:
+// the master answered the part a moment ago, so the rollback neither stops
+// at an open breaker nor gives up at a decision's timeout; it waits up to
+// RollbackTimeout (all of a batch's parts together, until deadline), and
+// tries again within it after a failure that shows the script did not run
+// (no connection, CLUSTERDOWN, TRYAGAIN, LOADING).
+// Only a master silent for the whole RollbackTimeout, or a reply lost on
+// the way (the refund may have been made: trying again could give back
+// twice), leaves the part counted, which refuses more, never admits more.
+func (s *Redis) rollback(sh *redisShard, hits []Hit, recs []int64, now, deadline time.Time) {
 	cs := make([]correction, 0, len(hits))
 	for i := range hits {
 		if recs[i] != 0 {
@@ -202,9 +227,27 @@ func (s *Redis) rollback(sh *redisShard, hits []Hit, recs []int64, now time.Time
 			cs = append(cs, correction{h: &hits[i], rec: recs[i], delta: -hits[i].Cost})
 		}
 	}
-	if len(cs) > 0 {
-		_ = s.correct(context.Background(), sh, cs, now)
+	if len(cs) == 0 {
+		return
 	}
+	for {
+		err := s.apply(context.Background(), sh, cs, now, time.Until(deadline))
+		if err == nil || !notRun(err) || time.Until(deadline) < retryPause {
+			return
+		}
+		time.Sleep(retryPause)
+	}
+}
+
+// retryPause is the wait before a rollback tries again.
+const retryPause = 20 * time.Millisecond
+
+// notRun reports whether err shows that the script was not run: the call
+// never reached Redis, or Redis refused it before running it.
+func notRun(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, redis.ErrPoolTimeout) ||
+		redis.IsClusterDownError(err) || redis.IsTryAgainError(err) || redis.IsLoadingError(err)
 }
 
 // algorithmArg is an algorithm as the scripts name it.
@@ -243,26 +286,41 @@ func (s *Redis) shard(addr string) *redisShard {
 	return v.(*redisShard)
 }
 
+// pendingMarks says what redis.lua does with the counters' pending marks
+// (see Redis): on a single server there are none.
+type pendingMarks int
+
+const (
+	marksNone  pendingMarks = 0 // a single server or Sentinel: no rollback ever
+	marksCheck pendingMarks = 1 // a Cluster: a refusal says whether a mark is on its counter
+	marksSet   pendingMarks = 2 // as marksCheck, and each hit recorded is marked (it may be rolled back)
+)
+
 // run runs the script in mode for hits, which all live on sh; recs, when
 // not nil, receives what each hit recorded (for rollback; 0: nothing).
-func (s *Redis) run(ctx context.Context, sh *redisShard, hits []Hit, now time.Time, out []Decision, recs []int64, mode scriptMode) (bool, error) {
+// marks and markFor are what the script does with pending marks.
+func (s *Redis) run(ctx context.Context, sh *redisShard, hits []Hit, now time.Time, out []Decision, recs []int64, mode scriptMode,
+	marks pendingMarks, markFor time.Duration) (bool, error) {
 	if sh.down.Load() {
 		return false, ErrUnavailable
 	}
-	keys := make([]string, 0, 2*len(hits))
-	args := make([]any, 0, 4+6*len(hits))
-	args = append(args, len(hits), s.clock(now), int(mode), maxSlots)
+	keys := make([]string, 0, 3*len(hits))
+	args := make([]any, 0, 6+6*len(hits))
+	args = append(args, len(hits), s.clock(now), int(mode), maxSlots, int(marks), markFor.Milliseconds())
 	for i := range hits {
 		h := &hits[i]
 		limit, burst := h.Limits()
 		keys = s.appendKeys(keys, h)
+		if marks != marksNone {
+			keys = append(keys, s.keyBase(h.Rule.Name, h.Key)+":p")
+		}
 		shadow := 0
 		if h.Rule.Shadow {
 			shadow = 1
 		}
 		args = append(args, algorithmArg(h.Rule.Algorithm), shadow, limit, h.Rule.Window.Microseconds(), h.Cost, burst)
 	}
-	reply, err := s.exec(ctx, sh, s.script, keys, args)
+	reply, err := s.exec(ctx, sh, s.script, keys, args, s.o.Timeout)
 	if err != nil {
 		return false, fmt.Errorf("redis decision: %w", err)
 	}
@@ -285,11 +343,10 @@ func (s *Redis) clock(now time.Time) int64 {
 	return 0
 }
 
-// exec runs script on sh's server within the timeout, keeping sh's
-// breaker: a failure of Redis counts towards opening it, a success closes
-// the count.
-func (s *Redis) exec(ctx context.Context, sh *redisShard, script *redis.Script, keys []string, args []any) (any, error) {
-	callCtx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+// exec runs script on sh's server within timeout, keeping sh's breaker: a
+// failure of Redis counts towards opening it, a success closes the count.
+func (s *Redis) exec(ctx context.Context, sh *redisShard, script *redis.Script, keys []string, args []any, timeout time.Duration) (any, error) {
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	start := time.Now()
 	res, err := script.Run(callCtx, s.o.Client, keys, args...).Result()
 	cancel()
@@ -332,6 +389,7 @@ func decodeReply(res []any, hits []Hit, mode scriptMode, out []Decision, recs []
 		h := &hits[i]
 		limit, burst := h.Limits()
 		allowed, _ := r[0].(int64)
+		pending := allowed < 0 // refused by a counter holding charges that may be rolled back
 		rec, _ := r[1].(int64)
 		if recs != nil {
 			recs[i] = rec
@@ -358,6 +416,7 @@ func decodeReply(res []any, hits []Hit, mode scriptMode, out []Decision, recs []
 				p.take(level, last, now, h.Cost, &d)
 			}
 			d.Ticket = ticket
+			d.pending = pending
 			out[i] = d
 			continue
 		}
@@ -378,6 +437,7 @@ func decodeReply(res []any, hits []Hit, mode scriptMode, out []Decision, recs []
 			ResetAfter: micros(v[2]),
 			NextAfter:  micros(v[3]),
 			Ticket:     ticket,
+			pending:    pending,
 		}
 	}
 	return nil

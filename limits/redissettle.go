@@ -83,11 +83,17 @@ func (b bySlot) Swap(i, j int) {
 }
 
 // correct runs settle.lua for cs, whose counters all live on sh (one slot
-// on a cluster).
+// on a cluster), within the timeout; not while sh's breaker is open.
 func (s *Redis) correct(ctx context.Context, sh *redisShard, cs []correction, now time.Time) error {
 	if sh.down.Load() {
 		return ErrUnavailable
 	}
+	return s.apply(ctx, sh, cs, now, s.o.Timeout)
+}
+
+// apply runs settle.lua for cs on sh within timeout, whatever sh's breaker
+// says.
+func (s *Redis) apply(ctx context.Context, sh *redisShard, cs []correction, now time.Time, timeout time.Duration) error {
 	keys := make([]string, 0, 2*len(cs))
 	args := make([]any, 0, 3+7*len(cs))
 	args = append(args, len(cs), s.clock(now), maxSlots)
@@ -98,7 +104,7 @@ func (s *Redis) correct(ctx context.Context, sh *redisShard, cs []correction, no
 		args = append(args, algorithmArg(c.h.Rule.Algorithm), c.rec, c.at, c.delta, limit,
 			c.h.Rule.Window.Microseconds(), burst)
 	}
-	if _, err := s.exec(ctx, sh, s.settle, keys, args); err != nil {
+	if _, err := s.exec(ctx, sh, s.settle, keys, args, timeout); err != nil {
 		return fmt.Errorf("redis settlement: %w", err)
 	}
 	return nil

@@ -17,7 +17,10 @@ import (
 // store. This is exact, not an approximation: neither a sliding window nor
 // a token bucket can admit that cost for that key before the wait ends,
 // since other instances only add to its counters (take from its bucket).
-// It holds whatever the store's health: a remembered caller is refused
+// On a Redis Cluster a split batch's rollback takes back from counters: a
+// refusal whose counter holds a charge that may still be rolled back (the
+// store marks it pending) is not remembered, so every refusal remembered
+// rests on charges that stay. It holds whatever the store's health: a remembered caller is refused
 // while the store is slow or dead, whatever FAIL_OPEN says.
 //
 // Under a rule whose charges are settled later (Rule.Settles), a refund
@@ -86,8 +89,12 @@ func (m *refusal) matches(h *Hit) bool {
 // settled later is remembered (SPEC §4.2).
 const settlesMemory = time.Second
 
-// kept is how long a refusal d of h is remembered.
+// kept is how long a refusal d of h is remembered: not at all when its
+// counter holds a charge a Cluster's split batch may still roll back.
 func kept(h *Hit, d *Decision) time.Duration {
+	if d.pending {
+		return 0
+	}
 	if h.Rule.Settles {
 		return min(d.RetryAfter, settlesMemory)
 	}
@@ -183,7 +190,7 @@ func (r *Remember) evaluate(ctx context.Context, hits []Hit, now time.Time, out 
 	for i := range hits {
 		d := &out[i]
 		h := &hits[i]
-		if h.Rule.Shadow || !d.Allowed && d.RetryAfter <= 0 {
+		if h.Rule.Shadow || !d.Allowed && kept(h, d) <= 0 {
 			continue
 		}
 		limit, burst := h.Limits()

@@ -70,9 +70,9 @@ end
 -- (limits/window.go's place), or the grouped slot of now's 1/maxSlots of
 -- the window past maxSlots.
 local function chargeWindow(z, h, units, limit, window)
-  local f = redis.call('HMGET', h, 's', 'q', 'n', 'e', 'g', 'x')
+  local f = redis.call('HMGET', h, 's', 'q', 'n', 'g', 'x')
   local sum, q = tonumber(f[1]) or 0, tonumber(f[2]) or 0
-  local newest, renew = tonumber(f[3]), tonumber(f[4])
+  local newest = tonumber(f[3])
   -- First forget the slots that have left the window, as a decision does.
   local edge = now - window
   local old = redis.call('ZRANGEBYSCORE', z, '-inf', edge)
@@ -82,7 +82,7 @@ local function chargeWindow(z, h, units, limit, window)
     if sum < 0 then sum = 0 end
     redis.call('HDEL', h, unpack(old))
     redis.call('ZREMRANGEBYSCORE', z, '-inf', edge)
-    redis.call('HSET', h, 'x', math.max(tonumber(f[6]) or edge, edge))
+    redis.call('HSET', h, 'x', math.max(tonumber(f[5]) or edge, edge))
   end
   local live = redis.call('ZCARD', z)
   if live == 0 then
@@ -105,23 +105,17 @@ local function chargeWindow(z, h, units, limit, window)
     fields[#fields + 1] = 'q'
     fields[#fields + 1] = q
   end
-  if not f[5] then
+  if not f[4] then
     fields[#fields + 1] = 'g'
     fields[#fields + 1] = at
   end
-  -- The keys' expiry, pushed back as takeWindow does.
-  local push = not renew or at >= renew or live == 0
-  if push then renew = at + window end
-  fields[#fields + 1] = 'e'
-  fields[#fields + 1] = renew
   redis.call('ZADD', z, at, id)
   redis.call('HINCRBY', h, id, units)
   redis.call('HSET', h, unpack(fields))
-  if push then
-    local ttl = math.ceil((at - now + 2 * window) / 1000) + 1000
-    redis.call('PEXPIRE', z, ttl)
-    redis.call('PEXPIRE', h, ttl)
-  end
+  -- The keys expire one window after this charge, as takeWindow does.
+  local ttl = math.ceil((at - now + window) / 1000)
+  redis.call('PEXPIRE', z, ttl)
+  redis.call('PEXPIRE', h, ttl)
 end
 
 local function refundBucket(b, units, burst)
