@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -47,10 +48,11 @@ type stateKey struct {
 }
 
 // entry is the counter of one (rule, key): a sliding window or a token
-// bucket, as isBucket says. w.span is the rule's window in both cases.
+// bucket, as isBucket says. w.span is the rule's window in both cases; a
+// bucket keeps its state in the window's words it does not use (see
+// bucket), so that a counter is 72 bytes (one 80-byte allocation).
 type entry struct {
 	w       window // inline: one cache miss less per decision
-	b       bucket
 	touched uint32 // unix seconds of the last decision that touched it, for LRU
 	// gen is the counter's generation in its shard, named by the Tickets
 	// of its hits: a counter reset, restarted or dropped since is another
@@ -59,11 +61,23 @@ type entry struct {
 	isBucket bool
 }
 
+// bucket is the state of a token-bucket counter, kept in its window's
+// first slot and used count (a bucket has no slots).
+func (e *entry) bucket() bucket {
+	return bucket{tokens: math.Float64frombits(uint64(e.w.one.at)), last: e.w.one.n, full: e.w.used}
+}
+
+// setBucket stores b as the counter's bucket state.
+func (e *entry) setBucket(b bucket) {
+	e.w.one = slot{at: int64(math.Float64bits(b.tokens)), n: b.last}
+	e.w.used = b.full
+}
+
 // idle reports whether the entry holds nothing at now that a fresh one
 // would not: its window is empty, or its bucket is full.
 func (e *entry) idle(now int64) bool {
 	if e.isBucket {
-		return e.b.full <= now/1000
+		return e.bucket().full <= now/1000
 	}
 	return e.w.idle(now)
 }
@@ -189,7 +203,8 @@ func evaluateHit(e *entry, h *Hit, now int64, d *Decision, record bool) float64 
 		us := now / 1000
 		tokens, last := p.burst, us
 		if e != nil {
-			tokens, last = e.b.state(&p, us)
+			b := e.bucket()
+			tokens, last = b.state(&p, us)
 		}
 		var level float64
 		*d, level = p.decide(tokens, last, us, h.Cost)
@@ -221,11 +236,12 @@ func takeHit(e *entry, h *Hit, now int64, level float64, d *Decision, record boo
 		us := now / 1000
 		last := us
 		if e != nil {
-			_, last = e.b.state(&p, us)
+			b := e.bucket()
+			_, last = b.state(&p, us)
 		}
 		tokens, last := p.take(level, last, us, h.Cost, d)
 		if record {
-			e.b = bucket{tokens: tokens, last: last, full: us + int64(d.ResetAfter/time.Microsecond)}
+			e.setBucket(bucket{tokens: tokens, last: last, full: us + int64(d.ResetAfter/time.Microsecond)})
 			d.Ticket = Ticket{gen: e.gen, set: true}
 		}
 		return

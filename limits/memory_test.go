@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -257,5 +258,60 @@ func TestSweepDropsFullBuckets(t *testing.T) {
 	}
 	if d := allow(t, s, r, "taken", 1, at(19)); d.Remaining != 9 {
 		t.Fatalf("after the sweep: %+v", d)
+	}
+}
+
+// proxyKey is the key the proxy counts an API key under: its public form
+// (caller=key: and 16 hex digits of its hash).
+func proxyKey(i int) limits.Key {
+	return limits.KeyOf("caller", fmt.Sprintf("key:%016x", uint64(i)*0x9e3779b97f4a7c15))
+}
+
+// memoryPerKey is the heap in use per (rule, key) counter of a Memory store
+// holding n keys with adm admissions each under a sliding window of limit
+// per minute: the counters, their keys (as the proxy builds them, kept by
+// the store) and the maps that find them.
+func memoryPerKey(tb testing.TB, n int, limit, adm int64) float64 {
+	r := rule(limit, time.Minute)
+	keys := make([]limits.Key, n)
+	for i := range keys {
+		keys[i] = proxyKey(i)
+	}
+	hits := make([]limits.Hit, 1)
+	out := make([]limits.Decision, 1)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s := limits.NewMemory(limits.MemoryOptions{MaxKeys: 2 * n})
+	for i := range keys {
+		hits[0] = limits.Hit{Rule: r, Key: keys[i], Cost: 1}
+		for j := range adm {
+			if ok, err := s.Decide(context.Background(), hits, t0.Add(time.Duration(j)*time.Millisecond), out); !ok || err != nil {
+				tb.Fatalf("key %d admission %d: %v %v", i, j, ok, err)
+			}
+		}
+	}
+	keys = nil // the store holds the key strings it keeps
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if got := s.Stats().Keys; got != int64(n) {
+		tb.Fatalf("store holds %d keys, want %d", got, n)
+	}
+	runtime.KeepAlive(s)
+	return float64(int64(after.HeapInuse)-int64(before.HeapInuse)) / float64(n)
+}
+
+// TestMemoryPerKey bounds what one caller with one admission costs in
+// memory (the 200,000-key load of the README stays well under its RSS
+// bound): its counter, its key and its share of the map.
+func TestMemoryPerKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates 200,000 counters")
+	}
+	const bound = 160
+	if got := memoryPerKey(t, 200_000, 5, 1); got > bound {
+		t.Fatalf("%.0f bytes per key with one admission, want at most %d", got, bound)
 	}
 }

@@ -69,11 +69,13 @@ func (m *Memory) settle(s *shard, x *Settlement, now int64) {
 	limit, burst := h.Limits()
 	if isBucket {
 		p := newBucketParams(h.Rule.Window, limit, burst)
+		b := e.bucket()
 		if delta < 0 {
-			e.b.refund(&p, -delta)
+			b.refund(&p, -delta)
 		} else {
-			e.b.charge(&p, now/1000, delta)
+			b.charge(&p, now/1000, delta)
 		}
+		e.setBucket(b)
 		return
 	}
 	if delta < 0 {

@@ -113,7 +113,10 @@ func (sn *snapshot) copyShard(s *shard, now int64) {
 		if e.idle(now) || !saveable(k, e) {
 			continue
 		}
-		se := savedEntry{rule: k.rule, key: k.key, span: e.w.span, touched: e.touched, isBucket: e.isBucket, b: e.b, gone: e.w.gone}
+		se := savedEntry{rule: k.rule, key: k.key, span: e.w.span, touched: e.touched, isBucket: e.isBucket, gone: e.w.gone}
+		if e.isBucket {
+			se.b, se.gone = e.bucket(), 0
+		}
 		if !e.isBucket {
 			from := len(sn.arena)
 			for i := 0; i < int(e.w.size); i++ {
@@ -145,8 +148,9 @@ func saveable(k stateKey, e *entry) bool {
 		return false
 	}
 	if e.isBucket {
-		return !math.IsNaN(e.b.tokens) && !math.IsInf(e.b.tokens, 0) &&
-			inStateRange(e.b.last) && inStateRange(e.b.full)
+		b := e.bucket()
+		return !math.IsNaN(b.tokens) && !math.IsInf(b.tokens, 0) &&
+			inStateRange(b.last) && inStateRange(b.full)
 	}
 	if e.w.size > maxSlots+1 || e.w.gone <= -maxStateTime || e.w.gone >= maxStateTime {
 		return false
@@ -466,7 +470,7 @@ func (d *stateDecoder) counter(rec []byte) (stateKey, *entry, error) {
 		if math.IsNaN(tokens) || math.IsInf(tokens, 0) || last >= maxStateTime || full >= maxStateTime {
 			return stateKey{}, nil, damaged("bad bucket")
 		}
-		e.b = bucket{tokens: tokens, last: int64(last), full: int64(full)}
+		e.setBucket(bucket{tokens: tokens, last: int64(last), full: int64(full)})
 	} else if err := c.window(&e.w); err != nil {
 		return stateKey{}, nil, err
 	}
@@ -489,19 +493,26 @@ func (c *cursor) window(w *window) error {
 		return damaged("bad slot count")
 	}
 	w.gone = gone
-	w.ring = make([]slot, n)
+	slots := []slot{{}}
+	if n > 1 {
+		slots = make([]slot, n)
+		w.ring = &slots
+	}
 	at := int64(0)
-	for i := range w.ring {
+	for i := range slots {
 		step, units := c.uvarint(), c.uvarint()
 		if c.err != nil || (i > 0 && step == 0) || step >= uint64(maxStateTime-at) || units < 1 || units > maxStateUnits {
 			return damaged("bad slot")
 		}
 		at += int64(step)
-		w.ring[i] = slot{at: at, n: int64(units)}
+		slots[i] = slot{at: at, n: int64(units)}
 		w.used += int64(units)
 	}
-	if w.ring[0].at == 0 {
+	if slots[0].at == 0 {
 		return damaged("bad slot")
+	}
+	if w.ring == nil {
+		w.one = slots[0]
 	}
 	w.size = int32(n)
 	return nil

@@ -20,10 +20,13 @@ type slot struct {
 	n  int64 // cost units
 }
 
-// window is one key's sliding-window log: a ring of slots in time order.
+// window is one key's sliding-window log: its slots in time order, in one
+// while it has never held more than one (most callers: one admission
+// costs no allocation beside the counter), then in a ring.
 type window struct {
-	ring []slot
-	head int32 // the ring holds at most maxSlots+1 slots
+	one  slot    // the only slot while ring is nil
+	ring *[]slot // nil until a second slot is needed
+	head int32   // the ring holds at most maxSlots+1 slots
 	size int32
 	used int64 // sum of n over live slots
 	span int64 // window length, ns
@@ -37,7 +40,21 @@ func newWindow(span time.Duration) *window {
 	return &window{span: int64(span)}
 }
 
-func (w *window) at(i int) *slot { return &w.ring[(int(w.head)+i)%len(w.ring)] }
+func (w *window) at(i int) *slot {
+	if w.ring == nil {
+		return &w.one
+	}
+	r := *w.ring
+	return &r[(int(w.head)+i)%len(r)]
+}
+
+// capacity is how many slots the window holds without growing.
+func (w *window) capacity() int {
+	if w.ring == nil {
+		return 1
+	}
+	return len(*w.ring)
+}
 
 // expire drops the slots whose latest admission has left the window
 // (now-span, now].
@@ -49,7 +66,7 @@ func (w *window) expire(now int64) {
 		}
 		w.gone = max(w.gone, now-w.span)
 		w.used -= s.n
-		w.head = int32((int(w.head) + 1) % len(w.ring))
+		w.head = int32((int(w.head) + 1) % w.capacity())
 		w.size--
 	}
 	w.head = 0 // empty: restart at the front, keeps the ring compact
@@ -125,7 +142,7 @@ func (w *window) add(now, cost, limit int64) int64 {
 		t.at = at
 		t.n += cost
 	} else {
-		if int(w.size) == len(w.ring) {
+		if int(w.size) == w.capacity() {
 			w.grow(int(capacity))
 		}
 		*w.at(int(w.size)) = slot{at: at, n: cost}
@@ -164,7 +181,7 @@ func (w *window) refund(ticket, now, n int64) {
 // remove drops the i-th slot, keeping the others in order.
 func (w *window) remove(i int) {
 	if i == 0 {
-		w.head = int32((int(w.head) + 1) % len(w.ring))
+		w.head = int32((int(w.head) + 1) % w.capacity())
 	} else {
 		for j := i; j < int(w.size)-1; j++ {
 			*w.at(j) = *w.at(j + 1)
@@ -217,13 +234,17 @@ func sameBucket(a, b, span int64) bool {
 	return a/g == b/g
 }
 
-// grow enlarges the ring (doubling, up to capacity), keeping slot order.
-// It is called only when the ring is full and below capacity.
+// grow enlarges the ring (doubling, up to capacity), keeping slot order;
+// the first growth moves the window's one slot into a ring. It is called
+// only when the window is full and below capacity.
 func (w *window) grow(capacity int) {
-	n := min(max(2*len(w.ring), 2), capacity)
+	n := min(2*w.capacity(), capacity)
 	ring := make([]slot, n)
 	for i := 0; i < int(w.size); i++ {
 		ring[i] = *w.at(i)
 	}
-	w.ring, w.head = ring, 0
+	if w.ring == nil {
+		w.ring, w.one = new([]slot), slot{}
+	}
+	*w.ring, w.head = ring, 0 // one header per window, however often it grows
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // A key's memory is bounded whatever its limit: at most maxSlots+1 slots.
@@ -18,8 +19,8 @@ func TestSlotsAreBounded(t *testing.T) {
 				w.record(now, 1, limit, &d)
 			}
 		}
-		if want := min(limit, maxSlots+1); len(w.ring) > int(want) {
-			t.Errorf("limit %d: ring of %d slots, want at most %d", limit, len(w.ring), want)
+		if want := min(limit, maxSlots+1); w.capacity() > int(want) {
+			t.Errorf("limit %d: ring of %d slots, want at most %d", limit, w.capacity(), want)
 		}
 	}
 }
@@ -76,5 +77,13 @@ func TestRefundKeepsTheRingInOrder(t *testing.T) {
 	add(64, 1)
 	if got := slots(); got != "[64:1] used=1" {
 		t.Fatalf("after: %s", got)
+	}
+}
+
+// A counter is one 80-byte allocation (Go's size class above 64): a
+// field more, and every tracked caller costs 16 bytes more.
+func TestEntrySize(t *testing.T) {
+	if n := unsafe.Sizeof(entry{}); n > 72 {
+		t.Fatalf("entry is %d bytes, want at most 72", n)
 	}
 }

@@ -22,7 +22,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -84,12 +83,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	level := new(slog.LevelVar)
 	log := newLogger(cfg, level, stderr)
 	if _, set := os.LookupEnv("GOGC"); !set {
-		// The live heap is small and mostly the tokenizer's tables, which
-		// every collection scans: collecting at 5× rather than 2× the live
-		// heap saves ~5 % of CPU per request; peak RSS under 100
-		// concurrent 10 MiB uploads stays ~115 MiB (tests/bench/uploads.sh).
-		// GOGC in the environment still wins.
-		debug.SetGCPercent(400)
+		paceGC() // see gc.go
 	}
 	if *mock {
 		err = serveMock(cfg, log)
