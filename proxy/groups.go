@@ -243,7 +243,7 @@ func (p *Proxy) enterGroup(x *exchange, r *http.Request, grp *group, start time.
 	deadline := callerDeadline(r, start)
 	t, err := grp.g.Acquire(r.Context(), grp.priority(r, x), deadline)
 	if err == nil {
-		t.Deadline = deadline
+		t.Deadline, t.Arrived = deadline, start
 		if x.body != nil && r.GetBody == nil {
 			body := x.body
 			r.GetBody = func() (io.ReadCloser, error) { return body.upstreamBody(), nil }

@@ -29,7 +29,7 @@ type Options struct {
 	MaxWait     time.Duration // longest wait in the queue; 0: none wait
 	Priorities  []string      // highest first (metric labels); at least one
 	Retries     int           // retries of an upstream 429/503
-	MaxBackoff  time.Duration // longest wait before one retry
+	MaxBackoff  time.Duration // longest backoff before one retry, after the pause
 	Adaptive    *Adaptive     // nil: off
 	// BaseBackoff is the first retry's backoff ceiling (doubling from
 	// there up to MaxBackoff); 500 ms when 0.
@@ -203,7 +203,7 @@ func (g *Group) Acquire(ctx context.Context, prio int, deadline time.Time) (*Tic
 		prio = len(g.o.Priorities) - 1
 	}
 	start := g.now()
-	t := &Ticket{g: g} // one allocation for the ticket and its waiter
+	t := &Ticket{g: g, Arrived: start} // one allocation for the ticket and its waiter
 	w := &t.w
 	w.prio = prio
 	res, err := g.b.enter(ctx, w, start)
@@ -296,6 +296,9 @@ type Ticket struct {
 	w waiter
 	// Deadline is the caller's: no retry is waited for past it.
 	Deadline time.Time
+	// Arrived is when the request arrived (Acquire's start unless the
+	// caller knows better): no retry is waited for past MaxWait after it.
+	Arrived  time.Time
 	released atomic.Bool
 	attempts int
 }
