@@ -65,9 +65,10 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		left := g.throttled(&t.w, res.StatusCode, pause, sent)
 		// The pause first, then the backoff: a pause the upstream asked
 		// for is honoured whole, and the retries it releases spread out.
-		wait := left + tr.backoff(g.o, attempt)
+		o := g.opts()
+		wait := left + tr.backoff(o, attempt)
 		until := t.until(req.Context())
-		if attempt >= g.o.Retries || !replayable(req) || now.Add(wait).After(until) {
+		if attempt >= o.Retries || !replayable(req) || now.Add(wait).After(until) {
 			upstream.SetRetryAfter(res.Header, max(left, pause))
 			return res, nil
 		}
@@ -106,7 +107,7 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // until is the latest a retry of t's request may leave: MaxWait after it
 // arrived, and never past the caller's deadline (the ticket's, ctx's).
 func (t *Ticket) until(ctx context.Context) time.Time {
-	until := t.Arrived.Add(t.g.o.MaxWait)
+	until := t.Arrived.Add(t.g.opts().MaxWait)
 	if !t.Deadline.IsZero() && t.Deadline.Before(until) {
 		until = t.Deadline
 	}
@@ -118,7 +119,7 @@ func (t *Ticket) until(ctx context.Context) time.Time {
 
 // backoff is full jitter over a doubling ceiling capped at MaxBackoff:
 // uniform in [0, min(MaxBackoff, BaseBackoff × 2^attempt)).
-func (tr *Transport) backoff(o Options, attempt int) time.Duration {
+func (tr *Transport) backoff(o *Options, attempt int) time.Duration {
 	ceiling := o.MaxBackoff
 	if attempt < 30 {
 		ceiling = min(ceiling, o.BaseBackoff<<attempt)
