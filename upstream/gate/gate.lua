@@ -262,7 +262,13 @@ elseif op == 'conf' then
 	if redis.call('ZCARD', q) > 0 then
 		redis.call('PUBLISH', channel, '1')
 	end
-	return {0, 0, factor(), left()}
+	-- The factor as it is, not started: its first period begins with
+	-- the group's first request, as in memory.
+	local fac = 1000000
+	if a_start > 0 then
+		fac = fa and factor() or math.min(a_start, a_ceil)
+	end
+	return {0, 0, fac, left()}
 elseif op == 'renew' then
 	-- ARGV 16.. ids this instance still holds or keeps waiting.
 	for i = 16, #ARGV do

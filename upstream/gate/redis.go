@@ -72,7 +72,7 @@ func NewRedis(o Options, ro RedisOptions) (*Group, error) {
 	}
 	tag := ro.Prefix + "{gate:" + g.o.Name + "}:"
 	b := &redisBackend{
-		o: g.o, ro: ro, now: g.o.Now, script: redis.NewScript(gateScript),
+		ro: ro, now: g.o.Now, script: redis.NewScript(gateScript),
 		keys:     []string{tag + "f", tag + "q", tag + "l", tag + "r", tag + "s"},
 		channel:  ro.Prefix + "gate:" + g.o.Name,
 		instance: hex.EncodeToString(id[:]) + ":",
@@ -139,7 +139,6 @@ func share(o Options, instances int64) Options {
 // on Redis: it moves to held), refused, or leaves; held slots and waiting
 // places are renewed every Lease/3 and expire when an instance dies.
 type redisBackend struct {
-	o        Options
 	ro       RedisOptions
 	now      func() time.Time
 	script   *redis.Script
