@@ -40,11 +40,19 @@ type group struct {
 	prios       map[string]int
 	defaultPrio int                  // "default", else the lowest
 	conf        config.UpstreamGroup // what it was built from
+	// update, when set, is new limits for a gate kept from the policy
+	// this one replaces, put in force by the swap (retireGroups): a
+	// policy compiled but never installed changes nothing.
+	update *gate.Options
 }
 
 // newGroups builds the gates of the configured groups; shared with
 // Redis when ro is set. A group of old (the groups a reload replaces)
-// whose table did not change is kept as it is, with its gate.
+// whose table did not change is kept as it is, with its gate; one whose
+// table changed keeps its gate too, given the new limits at the swap
+// (its slots, queue and pause carry over, and its waiters get the room
+// a raised limit makes), unless its priorities changed: then it gets a
+// new gate.
 func newGroups(c *config.Config, now func() time.Time, m *gate.Metrics, ro *gate.RedisOptions, old *groups) (*groups, error) {
 	if len(c.UpstreamGroups) == 0 {
 		return nil, nil
@@ -63,7 +71,8 @@ func newGroups(c *config.Config, now func() time.Time, m *gate.Metrics, ro *gate
 				entries = append(entries, p)
 			}
 		}
-		if prev := old.byName(cg.Name); prev != nil && reflect.DeepEqual(prev.conf, cg) {
+		prev := old.byName(cg.Name)
+		if prev != nil && reflect.DeepEqual(prev.conf, cg) {
 			gs.list = append(gs.list, prev)
 			gs.by[cg.Name] = prev
 			continue
@@ -77,20 +86,24 @@ func newGroups(c *config.Config, now func() time.Time, m *gate.Metrics, ro *gate
 		}
 		var g *gate.Group
 		var err error
-		if ro != nil {
+		var update *gate.Options
+		switch {
+		case prev != nil && prev.g.CanUpdate(o) == nil:
+			g, update = prev.g, &o
+		case ro != nil:
 			g, err = gate.NewRedis(o, *ro)
-		} else {
+		default:
 			g, err = gate.New(o)
 		}
 		if err != nil {
 			for _, grp := range gs.list {
-				if old.byName(grp.g.Name()) != grp {
-					grp.g.Close()
+				if prev := old.byName(grp.g.Name()); prev == nil || prev.g != grp.g {
+					grp.g.Close() // built here: nobody else has it
 				}
 			}
 			return nil, fmt.Errorf("upstream_group %q: %w", cg.Name, err)
 		}
-		grp := &group{g: g, prios: map[string]int{}, defaultPrio: len(cg.Priorities) - 1, conf: cg}
+		grp := &group{g: g, prios: map[string]int{}, defaultPrio: len(cg.Priorities) - 1, conf: cg, update: update}
 		for i, p := range cg.Priorities {
 			grp.prios[p] = i
 			if p == "default" {
@@ -123,14 +136,18 @@ func (gs *groups) byName(name string) *group {
 	return gs.by[name]
 }
 
-// retireGroups retires the gates of old that next no longer uses (a group
-// removed, or changed and so given a new gate): they stop being reported
-// at once and close when their last request is done. It returns what
-// changed.
+// retireGroups puts in force the new limits of the gates next keeps,
+// and retires the gates of old that next no longer uses (a group
+// removed, or given a new gate): they stop being reported at once and
+// close when their last request is done. It returns what changed.
 func retireGroups(old, next *groups) []string {
 	var changed []string
 	if next != nil {
 		for _, grp := range next.list {
+			if grp.update != nil {
+				grp.g.Update(*grp.update) // CanUpdate said yes
+				grp.update = nil
+			}
 			if prev := old.byName(grp.conf.Name); prev == nil {
 				changed = append(changed, "upstream_group "+grp.conf.Name+": added")
 			} else if prev != grp {
@@ -143,11 +160,11 @@ func retireGroups(old, next *groups) []string {
 	}
 	for _, grp := range old.list {
 		kept := next.byName(grp.conf.Name)
-		if kept == grp {
-			continue
-		}
 		if kept == nil {
 			changed = append(changed, "upstream_group "+grp.conf.Name+": removed")
+		}
+		if kept != nil && kept.g == grp.g {
+			continue
 		}
 		grp.g.Retire(kept == nil)
 	}
@@ -243,7 +260,7 @@ func (p *Proxy) enterGroup(x *exchange, r *http.Request, grp *group, start time.
 	deadline := callerDeadline(r, start)
 	t, err := grp.g.Acquire(r.Context(), grp.priority(r, x), deadline)
 	if err == nil {
-		t.Deadline = deadline
+		t.Deadline, t.Arrived = deadline, start
 		if x.body != nil && r.GetBody == nil {
 			body := x.body
 			r.GetBody = func() (io.ReadCloser, error) { return body.upstreamBody(), nil }

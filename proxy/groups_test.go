@@ -30,7 +30,7 @@ import (
 // ok, slow (200 after 30 ms), hang (never answers before the client or
 // timeout gives up), stream (an SSE stream of many slow events), reset
 // (the connection is cut), 429 (with retry-after-ms: 1, once per
-// X-Once key, then ok).
+// X-Once key, then ok), 429s (the same with Retry-After: 1).
 type modal struct {
 	seen   atomic.Int64
 	mu     sync.Mutex
@@ -83,13 +83,17 @@ func (m *modal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			c.Close()
 		}
 		return
-	case "429":
+	case "429", "429s":
 		m.mu.Lock()
 		first := !m.once[key]
 		m.once[key] = true
 		m.mu.Unlock()
 		if first {
-			w.Header().Set("retry-after-ms", "1")
+			if r.Header.Get("X-Mode") == "429s" {
+				w.Header().Set("Retry-After", "1")
+			} else {
+				w.Header().Set("retry-after-ms", "1")
+			}
 			w.WriteHeader(http.StatusTooManyRequests)
 			io.WriteString(w, `{"error":{"message":"slow down","type":"rate_limit_error"}}`)
 			return
@@ -275,6 +279,39 @@ max_backoff = "1s"
 	m.mu.Unlock()
 	if len(bodies) != 2 || bodies[0] != bodies[1] || !strings.Contains(bodies[0], "include_usage") {
 		t.Fatalf("bodies %q", bodies)
+	}
+}
+
+// max_backoff caps the backoff, not the pause: a 429 asking for 1 s under
+// a max_backoff of 500 ms is retried once the pause is over, the client
+// gets the retried 200, and the retry is counted.
+func TestGroupRetryWaitsPauseLongerThanMaxBackoff(t *testing.T) {
+	m, url := newModal(t)
+	f, srv := groupProxy(t, url, `
+[[upstream_group]]
+name = "chat"
+retries = 1
+max_backoff = "500ms"
+`)
+	start := time.Now()
+	res, err := postTo(context.Background(), srv.URL+"/v1/chat/completions", "X-Mode", "429s", "X-Once", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	took := time.Since(start)
+	m.mu.Lock()
+	n := len(m.bodies["k"])
+	m.mu.Unlock()
+	if res.StatusCode != http.StatusOK || n != 2 {
+		t.Fatalf("status %d after %d attempts, want 200 after 2", res.StatusCode, n)
+	}
+	if took < time.Second || took > 10*time.Second {
+		t.Fatalf("answered after %v, want the 1 s pause and a backoff under 500 ms", took)
+	}
+	if v := gauge(t, f, "ratelimit_proxy_upstream_retries_total", "group=chat"); v != 1 {
+		t.Fatalf("retries_total %v, want 1", v)
 	}
 }
 

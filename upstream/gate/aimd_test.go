@@ -306,3 +306,46 @@ func TestAIMDDecreaseNeverRaises(t *testing.T) {
 		t.Fatalf("limit %d, want 1", l)
 	}
 }
+
+// The adaptive rate starts at Start × Rate, not at zero: with a rate of
+// 20 per second and start 0.5, requests arriving every 10 ms pass at 10
+// per second from the first one on, in memory and on Redis.
+func TestAIMDStartRate(t *testing.T) {
+	for _, name := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			clk := newFakeClock()
+			t0 := clk.Now()
+			// MaxWait 0: a request past the rate is refused at once.
+			g := newBackend(t, name, Options{Name: "aimdstart", Priorities: []string{"default"}, Rate: 20,
+				Per: time.Second, Now: clk.Now, Adaptive: defaultAdaptive()})
+			if f := g.Snapshot().Factor; f != 0.5 {
+				t.Fatalf("factor %v before any request, want 0.5", f)
+			}
+			var passed []time.Duration
+			for at := time.Duration(0); at < 2*time.Second; at += 10 * time.Millisecond {
+				clk.Set(t0.Add(at))
+				tk, err := g.Acquire(context.Background(), 0, time.Time{})
+				var busy *BusyError
+				switch {
+				case err == nil:
+					passed = append(passed, at)
+					tk.Release()
+				case !errors.As(err, &busy):
+					t.Fatalf("at %s: %v", at, err)
+				}
+			}
+			early := 0
+			for _, at := range passed {
+				if at < 700*time.Millisecond {
+					early++
+				}
+			}
+			if early < 7 || early > 10 {
+				t.Fatalf("%d requests passed in the first 0.7 s (%v), want 7 to 10 (20/s × 0.5)", early, passed)
+			}
+			if len(passed) != 20 {
+				t.Fatalf("%d requests passed in 2 s (%v), want 20", len(passed), passed)
+			}
+		})
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,7 +30,7 @@ type Options struct {
 	MaxWait     time.Duration // longest wait in the queue; 0: none wait
 	Priorities  []string      // highest first (metric labels); at least one
 	Retries     int           // retries of an upstream 429/503
-	MaxBackoff  time.Duration // longest wait before one retry
+	MaxBackoff  time.Duration // longest backoff before one retry, after the pause
 	Adaptive    *Adaptive     // nil: off
 	// BaseBackoff is the first retry's backoff ceiling (doubling from
 	// there up to MaxBackoff); 500 ms when 0.
@@ -76,7 +77,8 @@ var ErrUnavailable = errors.New("gate: shared state unavailable")
 
 // Group is one [[upstream_group]]: its gate on this instance.
 type Group struct {
-	o       Options
+	o       Options                 // as built: Name, Priorities, Now, Metrics never change
+	cur     atomic.Pointer[Options] // the limits in force (Update replaces them)
 	now     func() time.Time
 	b       backend
 	m       *groupMetrics
@@ -96,15 +98,29 @@ func New(o Options) (*Group, error) {
 }
 
 func newGroup(o Options) (*Group, error) {
+	o, err := check(o)
+	if err != nil {
+		return nil, err
+	}
+	g := &Group{o: o, now: o.Now, waiting: make([]atomic.Int64, len(o.Priorities))}
+	g.cur.Store(&o)
+	if o.Metrics != nil {
+		g.m = o.Metrics.group(g)
+	}
+	return g, nil
+}
+
+// check validates o and fills in its defaults.
+func check(o Options) (Options, error) {
 	switch {
 	case o.Name == "":
-		return nil, errors.New("gate: a group needs a name")
+		return o, errors.New("gate: a group needs a name")
 	case len(o.Priorities) == 0:
-		return nil, errors.New("gate: a group needs at least one priority")
+		return o, errors.New("gate: a group needs at least one priority")
 	case o.Rate > 0 && o.Per < time.Millisecond:
-		return nil, errors.New("gate: a rate needs a window of 1 ms or more")
+		return o, errors.New("gate: a rate needs a window of 1 ms or more")
 	case o.Adaptive != nil && (o.Rate <= 0 || o.Adaptive.Every < time.Millisecond):
-		return nil, errors.New("gate: adaptive needs a rate and a period")
+		return o, errors.New("gate: adaptive needs a rate and a period")
 	}
 	if o.MaxWait <= 0 {
 		o.Queue = 0 // nobody may wait
@@ -115,11 +131,43 @@ func newGroup(o Options) (*Group, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	g := &Group{o: o, now: o.Now, waiting: make([]atomic.Int64, len(o.Priorities))}
-	if o.Metrics != nil {
-		g.m = o.Metrics.group(g)
+	return o, nil
+}
+
+// opts are the options in force.
+func (g *Group) opts() *Options { return g.cur.Load() }
+
+// CanUpdate reports why Update(o) would fail: o is invalid, or names
+// another group or other priorities (those need a new group).
+func (g *Group) CanUpdate(o Options) error {
+	o, err := check(o)
+	switch {
+	case err != nil:
+		return err
+	case o.Name != g.o.Name:
+		return errors.New("gate: an update cannot rename a group")
+	case !slices.Equal(o.Priorities, g.o.Priorities):
+		return errors.New("gate: an update cannot change the priorities")
 	}
-	return g, nil
+	return nil
+}
+
+// Update puts o's limits (cap, rate, queue, max_wait, retries, backoff,
+// adaptive) in force at once, keeping the group's state: its slots,
+// queue, sends, pause and adaptive factor. Waiters are granted at once
+// when the new limits have room for them; with Redis the limits are
+// stored there, so that every instance's dispatcher (also one that has
+// not reloaded) goes by them, and every instance's waiters hear of the
+// room. Name, priorities, clock and metrics stay as built.
+func (g *Group) Update(o Options) error {
+	if err := g.CanUpdate(o); err != nil {
+		return err
+	}
+	o, _ = check(o)
+	o.Now, o.Metrics = g.o.Now, g.o.Metrics
+	g.cur.Store(&o)
+	g.b.update(o, g.now())
+	return nil
 }
 
 // Name is the group's name.
@@ -203,7 +251,7 @@ func (g *Group) Acquire(ctx context.Context, prio int, deadline time.Time) (*Tic
 		prio = len(g.o.Priorities) - 1
 	}
 	start := g.now()
-	t := &Ticket{g: g} // one allocation for the ticket and its waiter
+	t := &Ticket{g: g, Arrived: start} // one allocation for the ticket and its waiter
 	w := &t.w
 	w.prio = prio
 	res, err := g.b.enter(ctx, w, start)
@@ -216,7 +264,7 @@ func (g *Group) Acquire(ctx context.Context, prio int, deadline time.Time) (*Tic
 	case refused:
 		return nil, g.busy(res.reason, res.hint)
 	}
-	wait := g.o.MaxWait
+	wait := g.opts().MaxWait
 	if !deadline.IsZero() {
 		wait = min(wait, deadline.Sub(start))
 	}
@@ -296,6 +344,9 @@ type Ticket struct {
 	w waiter
 	// Deadline is the caller's: no retry is waited for past it.
 	Deadline time.Time
+	// Arrived is when the request arrived (Acquire's start unless the
+	// caller knows better): no retry is waited for past MaxWait after it.
+	Arrived  time.Time
 	released atomic.Bool
 	attempts int
 }
@@ -397,5 +448,8 @@ type backend interface {
 	throttle(ctx context.Context, w *waiter, t throttle, now time.Time) (time.Duration, error)
 	resend(ctx context.Context, w *waiter, attempt int, now time.Time) (time.Duration, error)
 	snapshot(now time.Time) snapshot
+	// update puts new limits in force and grants the waiters they make
+	// room for.
+	update(o Options, now time.Time)
 	close()
 }

@@ -6,15 +6,19 @@
 --   3 l  the queue's liveness: zset id → expiry ms
 --   4 r  the outbound rate's sends: zset member → send ms
 --   5 s  hash: p (pause until ms), fa mk hd ld (adaptive factor ppm, clean
---        period start, hold end, last decrease)
+--        period start, hold end, last decrease), cf (the group's limits:
+--        ARGV 3..7 and 9..14 as the instance that loaded them last sent
+--        them, space-separated)
 -- ARGV
---   1 op: enter | grant | leave | release | throttle | resend | renew | drop
+--   1 op: enter | grant | leave | release | throttle | resend | renew | drop | conf
 --   2 now in ms, or "" for Redis's clock
 --   3 max in flight (0 none)   4 rate (0 none)   5 per ms
 --   6 queue bound              7 max wait ms     8 lease ms
 --   9..14 adaptive: start increase every decrease hold ceiling (start 0: off)
 --   15 channel to publish a freed slot on
 --   16.. the op's own
+-- The limits (3..7, 9..14) are this instance's; those stored in cf, the
+-- ones loaded last on any instance, take their place (conf stores them).
 -- Every reply ends with the factor (ppm) and the pause remaining (ms).
 
 local f, q, l, r, s = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -24,14 +28,30 @@ if not now then
 	local t = redis.call('TIME')
 	now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local cap, rate, per = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local qcap, maxwait, lease = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local a_start, a_inc, a_every = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
-local a_dec, a_hold, a_ceil = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
-local channel = ARGV[15]
+local lease, channel = tonumber(ARGV[8]), ARGV[15]
+local st = redis.call('HMGET', s, 'p', 'fa', 'mk', 'hd', 'ld', 'cf')
+local mine = table.concat({ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7],
+	ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14]}, ' ')
+local cf = st[6]
+if op == 'conf' or (not cf and op == 'renew') then
+	cf = mine
+	redis.call('HSET', s, 'cf', cf)
+elseif not cf then
+	cf = mine
+end
+local lim = {}
+for v in string.gmatch(cf, '%S+') do
+	lim[#lim + 1] = tonumber(v)
+end
+local cap, rate, per, qcap, maxwait = lim[1], lim[2], lim[3], lim[4], lim[5]
+local a_start, a_inc, a_every, a_dec, a_hold, a_ceil = lim[6], lim[7], lim[8], lim[9], lim[10], lim[11]
 local INF = 1e18
--- The pause and the adaptive state outlive any hold and clean period.
+-- The pause, the adaptive state and the limits outlive any hold and
+-- clean period, and every renewal keeps them.
 local STATE_TTL = math.max(86400000, 2 * (a_hold + a_every))
+if op == 'conf' or op == 'renew' then
+	redis.call('PEXPIRE', s, STATE_TTL)
+end
 
 -- Before a decision: expired leases and waiters of dead instances go,
 -- and sends that have left the rate's window.
@@ -47,7 +67,6 @@ if op == 'enter' or op == 'grant' then
 	end
 end
 
-local st = redis.call('HMGET', s, 'p', 'fa', 'mk', 'hd', 'ld')
 local pause = tonumber(st[1]) or 0
 local fa, mk, hd, ld = tonumber(st[2]), tonumber(st[3]), tonumber(st[4]) or 0, tonumber(st[5]) or 0
 
@@ -237,6 +256,19 @@ elseif op == 'drop' then
 		redis.call('PUBLISH', channel, '1')
 	end
 	return {0, 0, factor(), left()}
+elseif op == 'conf' then
+	-- The limits are stored (above); a raised one is room for waiters
+	-- anywhere: they hear of it as of a freed slot.
+	if redis.call('ZCARD', q) > 0 then
+		redis.call('PUBLISH', channel, '1')
+	end
+	-- The factor as it is, not started: its first period begins with
+	-- the group's first request, as in memory.
+	local fac = 1000000
+	if a_start > 0 then
+		fac = fa and factor() or math.min(a_start, a_ceil)
+	end
+	return {0, 0, fac, left()}
 elseif op == 'renew' then
 	-- ARGV 16.. ids this instance still holds or keeps waiting.
 	for i = 16, #ARGV do

@@ -245,6 +245,26 @@ func (m *memory) resend(_ context.Context, _ *waiter, _ int, now time.Time) (tim
 	return 0, nil
 }
 
+func (m *memory) update(o Options, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.o = o
+	switch {
+	case o.Adaptive == nil:
+		m.ad = nil
+	case m.ad == nil:
+		m.ad = newAIMD(*o.Adaptive, o.Rate)
+	default: // the factor carries on under the new settings, as on Redis
+		m.ad.o, m.ad.rate = *o.Adaptive, o.Rate
+		m.ad.floor = min((PPM+o.Rate-1)/o.Rate, o.Adaptive.Ceiling)
+	}
+	if m.timerAt != 0 { // the rate's end may have moved
+		m.timer.Stop()
+		m.timerAt = 0
+	}
+	m.dispatch(millis(now))
+}
+
 // hold and unhold count a slot decided elsewhere (on Redis, by this
 // instance) as in flight here, for when this memory decides alone.
 func (m *memory) hold(now time.Time) {

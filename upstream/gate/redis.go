@@ -72,7 +72,7 @@ func NewRedis(o Options, ro RedisOptions) (*Group, error) {
 	}
 	tag := ro.Prefix + "{gate:" + g.o.Name + "}:"
 	b := &redisBackend{
-		o: g.o, ro: ro, now: g.o.Now, script: redis.NewScript(gateScript),
+		ro: ro, now: g.o.Now, script: redis.NewScript(gateScript),
 		keys:     []string{tag + "f", tag + "q", tag + "l", tag + "r", tag + "s"},
 		channel:  ro.Prefix + "gate:" + g.o.Name,
 		instance: hex.EncodeToString(id[:]) + ":",
@@ -85,21 +85,40 @@ func NewRedis(o Options, ro RedisOptions) (*Group, error) {
 	if g.o.Adaptive != nil {
 		b.factor.Store(min(g.o.Adaptive.Start, g.o.Adaptive.Ceiling))
 	}
-	b.conf = []any{g.o.MaxInFlight, g.o.Rate, g.o.Per.Milliseconds(), g.o.Queue, g.o.MaxWait.Milliseconds(),
-		ro.Lease.Milliseconds()}
-	if a := g.o.Adaptive; a != nil {
-		b.conf = append(b.conf, a.Start, a.Increase, a.Every.Milliseconds(), a.Decrease, a.Hold.Milliseconds(), a.Ceiling)
-	} else {
-		b.conf = append(b.conf, 0, 0, 0, 0, 0, 0)
-	}
-	b.conf = append(b.conf, b.channel)
+	b.setConf(g.o)
 	g.b = b
 	b.sub = ro.Client.Subscribe(context.Background(), b.channel)
 	msgs := b.sub.Channel() // its goroutines start now, not on the dispatcher's first turn
 	b.wg.Add(2)
 	go b.dispatch(msgs)
 	go b.renew()
+	// The limits just loaded are the group's everywhere (the newest
+	// loaded anywhere win); when Redis cannot be reached now, the next
+	// renewal stores them if none are.
+	b.run(context.Background(), "conf", g.now())
 	return g, nil
+}
+
+// setConf makes o's limits the ones this instance sends with each step.
+func (b *redisBackend) setConf(o Options) {
+	conf := []any{o.MaxInFlight, o.Rate, o.Per.Milliseconds(), o.Queue, o.MaxWait.Milliseconds(),
+		b.ro.Lease.Milliseconds()}
+	if a := o.Adaptive; a != nil {
+		conf = append(conf, a.Start, a.Increase, a.Every.Milliseconds(), a.Decrease, a.Hold.Milliseconds(), a.Ceiling)
+	} else {
+		conf = append(conf, 0, 0, 0, 0, 0, 0)
+	}
+	conf = append(conf, b.channel)
+	b.conf.Store(&conf)
+}
+
+// update stores o's limits on Redis for every instance, whose waiters
+// hear of the room a raised limit makes; the fallback gets its share.
+func (b *redisBackend) update(o Options, now time.Time) {
+	b.setConf(o)
+	b.local.update(share(o, b.ro.Instances), now)
+	b.run(context.Background(), "conf", now)
+	b.kickDispatch()
 }
 
 // share is o with every bound divided among instances (rounded up), for
@@ -120,14 +139,13 @@ func share(o Options, instances int64) Options {
 // on Redis: it moves to held), refused, or leaves; held slots and waiting
 // places are renewed every Lease/3 and expire when an instance dies.
 type redisBackend struct {
-	o        Options
 	ro       RedisOptions
 	now      func() time.Time
 	script   *redis.Script
 	keys     []string
 	channel  string
 	instance string
-	conf     []any
+	conf     atomic.Pointer[[]any] // ARGV 3..15 of every step
 	seq      atomic.Uint64
 	busy     func(reason string, hint time.Duration) error
 
@@ -159,12 +177,13 @@ func (b *redisBackend) run(ctx context.Context, op string, now time.Time, extra 
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.ro.Timeout)
 	defer cancel()
-	args := make([]any, 0, 2+len(b.conf)+len(extra))
+	conf := *b.conf.Load()
+	args := make([]any, 0, 2+len(conf)+len(extra))
 	args = append(args, op, "")
 	if b.ro.ClientClock {
 		args[1] = now.UnixMilli()
 	}
-	args = append(args, b.conf...)
+	args = append(args, conf...)
 	args = append(args, extra...)
 	v, err := b.script.Run(ctx, b.ro.Client, b.keys, args...).Slice()
 	if err != nil {

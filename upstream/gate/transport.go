@@ -21,10 +21,14 @@ const maxDrain = 64 << 10
 // Transport sends a request that holds a Ticket (WithTicket) and handles
 // the upstream's 429 and 503 answers (SPEC §9): the group pauses until
 // the upstream's reset, and the request is sent again — from its buffered
-// body (Request.GetBody), with nothing yet sent to the client — after
-// capped exponential backoff with full jitter and the pause, never past
-// the caller's deadline nor MaxBackoff, at most Retries times. The answer
-// it then passes on has a Retry-After that matches the pause.
+// body (Request.GetBody), with nothing yet sent to the client — at most
+// Retries times. Each retry waits for the group's pause to end, then for
+// a backoff drawn with full jitter below min(MaxBackoff, BaseBackoff ×
+// 2^attempt) (MaxBackoff caps the backoff, not the pause), and for the
+// outbound rate; a retry whose wait would end past the caller's deadline
+// (the ticket's or the context's) or past MaxWait after the request
+// arrived is not made. The answer it then passes on has a Retry-After
+// that matches the pause.
 type Transport struct {
 	Base http.RoundTripper
 	// Jitter returns a uniform value in [0, 1); math/rand/v2 when nil.
@@ -59,14 +63,12 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			pause = DefaultPause
 		}
 		left := g.throttled(&t.w, res.StatusCode, pause, sent)
-		wait := max(left, tr.backoff(g.o, attempt))
-		// A retry waits at most MaxBackoff in all (backoff, pause, the
-		// rate), and never past the caller's deadline.
-		until := now.Add(g.o.MaxBackoff)
-		if !t.Deadline.IsZero() && t.Deadline.Before(until) {
-			until = t.Deadline
-		}
-		if attempt >= g.o.Retries || !replayable(req) || now.Add(wait).After(until) {
+		// The pause first, then the backoff: a pause the upstream asked
+		// for is honoured whole, and the retries it releases spread out.
+		o := g.opts()
+		wait := left + tr.backoff(o, attempt)
+		until := t.until(req.Context())
+		if attempt >= o.Retries || !replayable(req) || now.Add(wait).After(until) {
 			upstream.SetRetryAfter(res.Header, max(left, pause))
 			return res, nil
 		}
@@ -102,9 +104,22 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
+// until is the latest a retry of t's request may leave: MaxWait after it
+// arrived, and never past the caller's deadline (the ticket's, ctx's).
+func (t *Ticket) until(ctx context.Context) time.Time {
+	until := t.Arrived.Add(t.g.opts().MaxWait)
+	if !t.Deadline.IsZero() && t.Deadline.Before(until) {
+		until = t.Deadline
+	}
+	if d, ok := ctx.Deadline(); ok && d.Before(until) {
+		until = d
+	}
+	return until
+}
+
 // backoff is full jitter over a doubling ceiling capped at MaxBackoff:
 // uniform in [0, min(MaxBackoff, BaseBackoff × 2^attempt)).
-func (tr *Transport) backoff(o Options, attempt int) time.Duration {
+func (tr *Transport) backoff(o *Options, attempt int) time.Duration {
 	ceiling := o.MaxBackoff
 	if attempt < 30 {
 		ceiling = min(ceiling, o.BaseBackoff<<attempt)

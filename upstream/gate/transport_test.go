@@ -9,17 +9,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/gate"
 )
 
 // Two 429s then a 200: the client gets the 200; the upstream got the same
-// request three times; the waits were the pause or the backoff, whichever
-// was longer; the retries counted in the rate.
+// request three times; each wait was the pause, then the backoff; the
+// retries counted in the rate.
 func TestTransportRetryThenOK(t *testing.T) {
 	eachBackendClock(t, func(t *testing.T, _ string, mk maker) {
-		// MaxWait 0: an Acquire past the rate is refused at once.
+		// Queue 0: an Acquire past the rate is refused at once.
 		o := gate.Options{Name: "chat", Priorities: prios, Rate: 5, Per: time.Minute, Retries: 2,
-			MaxBackoff: 20 * time.Second}
+			MaxBackoff: 20 * time.Second, MaxWait: 30 * time.Second}
 		r := newRig(t, mk, o, 0.5)
 		up := newStub(t, script(tooMany(), tooMany("retry-after-ms", "200"), ok200))
 		tk := acquire(t, r.g, 1)
@@ -46,10 +48,10 @@ func TestTransportRetryThenOK(t *testing.T) {
 				t.Fatalf("request %d Authorization %q", i, h)
 			}
 		}
-		// First: no reset header, the default pause (1s) over a backoff of
-		// 0.5 × 500ms; second: a backoff of 0.5 × 1s over the 200ms pause.
-		if s := r.slept(); !sameDurations(s, []time.Duration{time.Second, 500 * time.Millisecond}) {
-			t.Fatalf("slept %v, want [1s 500ms]", s)
+		// First: no reset header, the default pause (1s), then a backoff
+		// of 0.5 × 500ms; second: the 200ms pause, then 0.5 × 1s.
+		if s := r.slept(); !sameDurations(s, []time.Duration{1250 * time.Millisecond, 700 * time.Millisecond}) {
+			t.Fatalf("slept %v, want [1.25s 700ms]", s)
 		}
 		if r.g.InFlight() != 1 {
 			t.Fatalf("in flight %d during the request, want 1", r.g.InFlight())
@@ -153,7 +155,7 @@ func TestTransportNoRetriesPauses(t *testing.T) {
 	})
 }
 
-// No retry when the wait passes max_backoff or the caller's deadline, or
+// No retry when the wait passes max_wait or the caller's deadline, or
 // when the body cannot be sent again; the answer then carries the pause.
 func TestTransportNoRetry(t *testing.T) {
 	eachBackendClock(t, func(t *testing.T, _ string, mk maker) {
@@ -166,8 +168,8 @@ func TestTransportNoRetry(t *testing.T) {
 			retried  bool
 			after    string
 		}{
-			{name: "pause past max_backoff", reply: tooMany("Retry-After", "30"), after: "30"},
-			{name: "pause within max_backoff", reply: tooMany("Retry-After", "3"), retried: true},
+			{name: "pause past max_wait", reply: tooMany("Retry-After", "30"), after: "30"},
+			{name: "pause within max_wait", reply: tooMany("Retry-After", "3"), retried: true},
 			{name: "deadline too near", reply: tooMany("retry-after-ms", "2000"), deadline: time.Second, after: "2"},
 			{name: "deadline far enough", reply: tooMany("retry-after-ms", "2000"), deadline: 10 * time.Second, retried: true},
 			{name: "body without GetBody", reply: tooMany(), noGet: true, after: "1"},
@@ -253,7 +255,7 @@ func TestTransportCancelDuringBackoff(t *testing.T) {
 		}
 	})
 	t.Run("timer", func(t *testing.T) {
-		up := newStub(t, script(tooMany("Retry-After", "10"), ok200))
+		up := newStub(t, script(tooMany("Retry-After", "8"), ok200))
 		g, err := gate.New(retryOpts(gate.Options{}))
 		if err != nil {
 			t.Fatal(err)
@@ -278,7 +280,7 @@ func TestTransportCancelDuringBackoff(t *testing.T) {
 			t.Fatalf("RoundTrip: %v, %v; want context.Canceled", res, err)
 		}
 		if el := time.Since(start); el > 5*time.Second {
-			t.Fatalf("returned after %s of a 10s wait", el)
+			t.Fatalf("returned after %s of an 8s wait", el)
 		}
 		if n := len(up.requests()); n != 1 {
 			t.Fatalf("%d requests", n)
@@ -328,7 +330,7 @@ func TestTransport503(t *testing.T) {
 // jitter: uniform below the ceiling).
 func TestTransportBackoff(t *testing.T) {
 	eachBackendClock(t, func(t *testing.T, _ string, mk maker) {
-		o := retryOpts(gate.Options{Retries: 6, MaxBackoff: 3 * time.Second})
+		o := retryOpts(gate.Options{Retries: 6, MaxBackoff: 3 * time.Second, MaxWait: time.Minute})
 		r := newRig(t, mk, o, 0.999)
 		up := newStub(t, script(tooMany("retry-after-ms", "0"))) // no pause: the backoff alone
 		tk := acquire(t, r.g, 1)
@@ -445,11 +447,11 @@ func TestTransportLengthenedPause(t *testing.T) {
 
 // A retry waits for the outbound rate like any request: with the rate
 // spent it waits until a send leaves the window; when that is past
-// MaxBackoff, the upstream's answer is passed on with that wait.
+// MaxWait, the upstream's answer is passed on with that wait.
 func TestTransportRetryWaitsForRate(t *testing.T) {
 	eachBackendClock(t, func(t *testing.T, _ string, mk maker) {
 		o := gate.Options{Name: "rated", Priorities: prios, Rate: 2, Per: 10 * time.Second, Retries: 1,
-			MaxBackoff: 20 * time.Second}
+			MaxBackoff: 20 * time.Second, MaxWait: 30 * time.Second}
 		r := newRig(t, mk, o, 0)
 		up := newStub(t, script(tooMany("retry-after-ms", "100"), ok200))
 		tk := acquire(t, r.g, 1)
@@ -474,9 +476,9 @@ func TestTransportRetryWaitsForRate(t *testing.T) {
 		tk.Release()
 		other.Release()
 
-		// MaxBackoff shorter than the rate's wait: no retry; the 429 is
+		// MaxWait shorter than the rate's wait: no retry; the 429 is
 		// passed on, its Retry-After the wait for the rate.
-		o.Name, o.MaxBackoff = "rated2", 2*time.Second
+		o.Name, o.MaxWait = "rated2", 2*time.Second
 		r = newRig(t, mk, o, 0)
 		up = newStub(t, script(tooMany("retry-after-ms", "100"), ok200))
 		tk = acquire(t, r.g, 1)
@@ -494,4 +496,158 @@ func TestTransportRetryWaitsForRate(t *testing.T) {
 			t.Fatalf("Retry-After %q, want 10 (the rate's wait)", ra)
 		}
 	})
+}
+
+// max_backoff caps the backoff, not the pause the upstream asked for: a
+// 429 asking for 1 s under a max_backoff of 500 ms is retried after the
+// pause and then a backoff below 500 ms, and each retry is counted.
+func TestTransportPauseLongerThanMaxBackoff(t *testing.T) {
+	eachBackendClock(t, func(t *testing.T, _ string, mk maker) {
+		for _, tc := range []struct {
+			name    string
+			retries int
+			replies []reply
+			status  int
+			sleeps  []time.Duration
+		}{
+			// Jitter 0.5: 1 s of pause, then half of min(500ms, 500ms × 2^attempt).
+			{"retries 2", 2, []reply{tooMany("Retry-After", "1"), tooMany("Retry-After", "1"), ok200}, 200,
+				[]time.Duration{1250 * time.Millisecond, 1250 * time.Millisecond}},
+			{"retries 1, throttled once", 1, []reply{tooMany("Retry-After", "1"), ok200}, 200,
+				[]time.Duration{1250 * time.Millisecond}},
+			{"retries 2, exhausted", 2, []reply{tooMany("Retry-After", "1")}, 429,
+				[]time.Duration{1250 * time.Millisecond, 1250 * time.Millisecond}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				reg := prometheus.NewRegistry()
+				m, err := gate.NewMetrics(reg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				name := strings.ReplaceAll(tc.name, " ", "_")
+				name = strings.ReplaceAll(name, ",", "")
+				r := newRig(t, mk, opts(gate.Options{Name: name, Retries: tc.retries, MaxBackoff: 500 * time.Millisecond,
+					Metrics: m}), 0.5)
+				up := newStub(t, script(tc.replies...))
+				tk := acquire(t, r.g, 1)
+				defer tk.Release()
+				res, err := r.send(t, tk, up.srv.URL, "x")
+				if err != nil {
+					t.Fatal(err)
+				}
+				readBody(t, res)
+				if res.StatusCode != tc.status || len(up.requests()) != len(tc.sleeps)+1 {
+					t.Fatalf("status %d after %d requests, want %d after %d", res.StatusCode, len(up.requests()),
+						tc.status, len(tc.sleeps)+1)
+				}
+				if s := r.slept(); !sameDurations(s, tc.sleeps) {
+					t.Fatalf("slept %v, want %v", s, tc.sleeps)
+				}
+				if tc.status == 429 {
+					if ra := res.Header.Get("Retry-After"); ra != "1" {
+						t.Fatalf("Retry-After %q, want 1", ra)
+					}
+				}
+				if n := retriesOf(t, reg, name); n != float64(len(tc.sleeps)) {
+					t.Fatalf("retries_total %v, want %d", n, len(tc.sleeps))
+				}
+			})
+		}
+	})
+}
+
+// A retry whose wait would end past max_wait after the request arrived,
+// or past the caller's deadline, is not made; the 429 is passed on with
+// the pause as its Retry-After.
+func TestTransportRetryBounds(t *testing.T) {
+	eachBackendClock(t, func(t *testing.T, _ string, mk maker) {
+		t.Run("max_wait since arrival", func(t *testing.T) {
+			r := newRig(t, mk, opts(gate.Options{Name: "mw", Retries: 2, MaxBackoff: 500 * time.Millisecond,
+				MaxWait: 10 * time.Second}), 0)
+			up := newStub(t, script(tooMany("Retry-After", "2"), ok200))
+			tk := acquire(t, r.g, 1)
+			defer tk.Release()
+			r.clk.Advance(8500 * time.Millisecond) // it waited, then the upstream took long to answer
+			res, err := r.send(t, tk, up.srv.URL, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			readBody(t, res)
+			if res.StatusCode != 429 || len(up.requests()) != 1 || len(r.slept()) != 0 {
+				t.Fatalf("status %d after %d requests, slept %v; want the 429 at once", res.StatusCode,
+					len(up.requests()), r.slept())
+			}
+			if ra := res.Header.Get("Retry-After"); ra != "2" {
+				t.Fatalf("Retry-After %q, want 2", ra)
+			}
+		})
+		t.Run("within max_wait since arrival", func(t *testing.T) {
+			r := newRig(t, mk, opts(gate.Options{Name: "mw2", Retries: 2, MaxBackoff: 500 * time.Millisecond,
+				MaxWait: 10 * time.Second}), 0)
+			up := newStub(t, script(tooMany("Retry-After", "2"), ok200))
+			tk := acquire(t, r.g, 1)
+			defer tk.Release()
+			r.clk.Advance(7 * time.Second)
+			res, err := r.send(t, tk, up.srv.URL, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			readBody(t, res)
+			if res.StatusCode != 200 || len(up.requests()) != 2 {
+				t.Fatalf("status %d after %d requests, want 200 after a retry", res.StatusCode, len(up.requests()))
+			}
+		})
+	})
+	// The context's deadline bounds the wait too (on the real clock).
+	t.Run("context deadline", func(t *testing.T) {
+		g, err := gate.New(opts(gate.Options{Name: "ctx", Retries: 2, MaxBackoff: 500 * time.Millisecond}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		up := newStub(t, script(tooMany("Retry-After", "3"), ok200))
+		tk := acquire(t, g, 1)
+		defer tk.Release()
+		ctx, cancel := context.WithTimeout(gate.WithTicket(context.Background(), tk), 2*time.Second)
+		defer cancel()
+		var slept []time.Duration
+		tr := &gate.Transport{Base: &http.Transport{}, Sleep: func(ctx context.Context, d time.Duration) error {
+			slept = append(slept, d)
+			return nil
+		}}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, up.srv.URL, strings.NewReader("x"))
+		res, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readBody(t, res)
+		if res.StatusCode != 429 || len(up.requests()) != 1 || len(slept) != 0 {
+			t.Fatalf("status %d after %d requests, slept %v; want the 429 at once", res.StatusCode, len(up.requests()), slept)
+		}
+		if ra := res.Header.Get("Retry-After"); ra != "3" {
+			t.Fatalf("Retry-After %q, want 3", ra)
+		}
+	})
+}
+
+// retriesOf is ratelimit_proxy_upstream_retries_total of group on reg.
+func retriesOf(t *testing.T, reg *prometheus.Registry, group string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "ratelimit_proxy_upstream_retries_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "group" && l.GetValue() == group {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
