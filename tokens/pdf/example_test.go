@@ -42,7 +42,7 @@ func helloPDF() []byte {
 func ExampleRead() {
 	data := helloPDF()
 	// Limits proportional to the file: work grows linearly with it.
-	lim := pdf.Limits{MaxDecoded: 1<<20 + 8*int64(len(data)), MaxSteps: 50_000 + 8*int64(len(data)), MaxPages: 100}
+	lim := pdf.Limits{MaxDecoded: 1<<20 + 8*int64(len(data)), MaxSteps: 500_000 + 4*int64(len(data)), MaxPages: 100}
 	var text bytes.Buffer
 	res, err := pdf.Read(data, lim, func(p []byte) error {
 		text.Write(p) // a token counter would count here, and stop past its cap
@@ -56,5 +56,5 @@ func ExampleRead() {
 	default:
 		fmt.Printf("%d page: %q\n", res.Pages, text.String())
 	}
-	// Output: 1 page: "\nHello, world"
+	// Output: 1 page: "Hello, world"
 }

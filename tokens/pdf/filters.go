@@ -6,6 +6,7 @@ import (
 	"compress/zlib"
 	"encoding/ascii85"
 	"errors"
+	"fmt"
 	"io"
 )
 
@@ -55,16 +56,21 @@ func (r *reader) decode(s *stream, keep bool) [][]byte {
 	return out
 }
 
-// chains returns the readings of a stream's filters, each once.
+// chains returns the readings of a stream's filters, each once: the
+// specification's (/Filter, /DecodeParms), and pdf.js's, which takes /F
+// before /Filter and /DP before /DecodeParms.
 func (r *reader) chains(d dict) [][]filter {
-	f, p := d["Filter"], d["DecodeParms"]
-	out := [][]filter{r.chain(f, p)}
-	if f2, ok := d["F"]; ok {
-		p2, ok := d["DP"]
-		if !ok {
-			p2 = p
+	out := [][]filter{r.chain(d["Filter"], d["DecodeParms"])}
+	f, fok := d["F"]
+	p, pok := d["DP"]
+	if fok || pok {
+		if !fok {
+			f = d["Filter"]
 		}
-		if c := r.chain(f2, p2); !sameChain(c, out[0]) {
+		if !pok {
+			p = d["DecodeParms"]
+		}
+		if c := r.chain(f, p); !sameChain(c, out[0]) {
 			out = append(out, c)
 		}
 	}
@@ -76,7 +82,7 @@ func sameChain(a, b []filter) bool {
 		return false
 	}
 	for i := range a {
-		if a[i].name != b[i].name || len(a[i].parms) != len(b[i].parms) {
+		if a[i].name != b[i].name || fmt.Sprint(a[i].parms) != fmt.Sprint(b[i].parms) {
 			return false
 		}
 	}
@@ -132,18 +138,18 @@ func (r *reader) apply(raw []byte, chain []filter) ([]byte, streamState) {
 			if e, known := r.int(f.parms["EarlyChange"]); known {
 				early = e
 			}
-			out, ok = r.drain(newLZW(data, early == 1), len(data))
+			out, ok = r.drain(newLZW(data, early == 1), len(data), 12)
 		case "ASCII85Decode", "A85":
-			out, ok = r.drain(ascii85.NewDecoder(&a85Clean{data: data}), len(data))
+			out, ok = r.drain(ascii85.NewDecoder(&a85Clean{data: data}), len(data), 8)
 		case "ASCIIHexDecode", "AHx":
 			end := bytes.IndexByte(data, '>')
 			if end < 0 {
 				end = len(data)
 			}
 			out = hexString(data[:end], nil)
-			ok = r.b.take(len(out))
+			ok = r.b.take(len(out)) && r.b.step(len(data))
 		case "RunLengthDecode", "RL":
-			out, ok = r.drain(&runLength{data: data}, len(data))
+			out, ok = r.drain(&runLength{data: data}, len(data), 2)
 		case "Crypt", "Identity":
 			continue
 		case "DCTDecode", "DCT", "JPXDecode", "JPX", "JBIG2Decode", "CCITTFaxDecode", "CCF":
@@ -184,10 +190,11 @@ func isImage(f name, data []byte) bool {
 	return true
 }
 
-// drain reads src to its end, taking every byte from the budget. ok is
+// drain reads src to its end, taking every byte from the budget, and
+// cost steps every four bytes (what the decoder spends on them). ok is
 // false when src broke off (the data before is returned) or the budget is
 // spent.
-func (r *reader) drain(src io.Reader, hint int) ([]byte, bool) {
+func (r *reader) drain(src io.Reader, hint, cost int) ([]byte, bool) {
 	buf := make([]byte, 0, min(max(hint, 512), 1<<20, int(max(r.b.bytes, 0))+512))
 	for {
 		if len(buf) == cap(buf) {
@@ -195,7 +202,7 @@ func (r *reader) drain(src io.Reader, hint int) ([]byte, bool) {
 		}
 		n, err := src.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
-		if !r.b.take(n) {
+		if !r.b.take(n) || !r.b.step(n*cost/4) {
 			return buf, false
 		}
 		switch {
@@ -216,9 +223,9 @@ func (r *reader) inflate(data []byte) ([]byte, bool) {
 		return nil, true
 	}
 	if zr, err := zlib.NewReader(bytes.NewReader(data)); err == nil {
-		return r.drain(zr, 4*len(data))
+		return r.drain(zr, 4*len(data), 2)
 	}
-	return r.drain(flate.NewReader(bytes.NewReader(data)), 4*len(data))
+	return r.drain(flate.NewReader(bytes.NewReader(data)), 4*len(data), 2)
 }
 
 // a85Clean feeds ASCII85 data to the decoder without white space, up to

@@ -80,7 +80,7 @@ func (l *lexer) skipSpace() {
 func (l *lexer) next() token {
 	l.skipSpace()
 	t := l.scan()
-	if !l.b.step(1 + (t.end-t.start)>>6) {
+	if !l.b.step(16 + (t.end-t.start)>>1) {
 		return token{kind: tEOF, start: len(l.data), end: len(l.data)}
 	}
 	l.pos = t.end

@@ -86,6 +86,9 @@ func (c *coverage) gaps() [][]byte {
 	var out [][]byte
 	at := 0
 	for _, s := range c.spans {
+		if s.to-s.from < 64 && blank(c.buf[s.from:s.to]) {
+			continue // white space between two gaps joins them
+		}
 		if s.from > at && !blank(c.buf[at:s.from]) {
 			out = append(out, c.buf[at:s.from])
 		}
@@ -105,9 +108,11 @@ func (c *coverage) gaps() [][]byte {
 //
 // sink must not keep text after it returns: Read reuses the buffer.
 func Read(data []byte, lim Limits, sink func(text []byte) error) (Result, error) {
-	lim = lim.withDefaults()
-	r := newReader(data, lim, sink)
-	pages, err := r.run()
+	r := newReader(data, lim.withDefaults(), sink)
+	return r.result(r.run())
+}
+
+func (r *reader) result(pages int, err error) (Result, error) {
 	switch {
 	case r.out.err != nil:
 		return Result{}, r.out.err
@@ -152,7 +157,7 @@ func (r *reader) emitGaps() error {
 	bufs := append([]*coverage{&r.file}, r.decodedCov...)
 	for _, c := range bufs {
 		for _, g := range c.gaps() {
-			if !r.b.step(1 + len(g)>>12) {
+			if !r.b.step(16 + len(g)/16) {
 				return errBound
 			}
 			r.out.separate('\n')

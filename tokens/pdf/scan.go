@@ -228,7 +228,7 @@ func (r *reader) nextEndstream(i int) int {
 		k = e.to
 	} else {
 		k = bytes.Index(r.data[i:], []byte("endstream"))
-		r.b.step(1 + (len(r.data)-i)>>8)
+		r.b.step(16 + (len(r.data)-i)/16)
 		if k >= 0 {
 			k += i
 		}

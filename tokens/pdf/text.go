@@ -19,9 +19,11 @@ import (
 type textOut struct {
 	buf  []byte
 	sink func([]byte) error
-	err  error // the sink's error, once it returned one
-	sep  byte  // a separator owed before the next text
-	some bool  // some text was written
+	err  error   // the sink's error, once it returned one
+	sep  byte    // a separator owed before the next text
+	some bool    // some text was written
+	keep *budget // without a sink: what the kept text is taken from
+	rawN int64   // bytes handed over as they are (for the tests)
 }
 
 const outChunk = 4096
@@ -47,6 +49,9 @@ func (o *textOut) text(p []byte) error {
 		o.buf = append(o.buf, o.sep)
 		o.sep = 0
 	}
+	if o.keep != nil && !o.keep.take(len(p)) {
+		return errBound
+	}
 	o.buf = append(o.buf, p...)
 	o.some = true
 	if len(o.buf) >= outChunk {
@@ -57,6 +62,7 @@ func (o *textOut) text(p []byte) error {
 
 // raw hands p to the sink as it is, in pieces.
 func (o *textOut) raw(p []byte) error {
+	o.rawN += int64(len(p))
 	for len(p) > 0 && o.err == nil {
 		n := min(len(p), 64<<10)
 		o.text(p[:n])
@@ -187,7 +193,7 @@ func (r *reader) form(rs *resources, n name, out *textOut, depth int) error {
 			sub = &resources{d: r.dict(s.dict["Resources"])}
 		}
 		r.active[rf.num] = true
-		fo := &textOut{}
+		fo := &textOut{keep: r.b}
 		for _, data := range r.decode(s, true) {
 			if err := r.interpret(data, sub, fo, depth+1); err != nil {
 				return err
@@ -195,12 +201,9 @@ func (r *reader) form(rs *resources, n name, out *textOut, depth int) error {
 		}
 		delete(r.active, rf.num)
 		text = fo.buf
-		if !r.b.take(len(text)) {
-			return errBound
-		}
 		r.forms[key] = text
 	}
-	if !r.b.step(1 + len(text)>>10) {
+	if !r.b.step(16 + len(text)/4) {
 		return errBound
 	}
 	out.separate('\n')
