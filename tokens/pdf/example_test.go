@@ -5,7 +5,6 @@ import (
 	"compress/zlib"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/pdf"
 )
@@ -41,9 +40,11 @@ func helloPDF() []byte {
 }
 
 func ExampleRead() {
-	lim := pdf.Limits{MaxDecompressed: 16 << 20, Timeout: time.Second, MaxPages: 100}
+	data := helloPDF()
+	// Limits proportional to the file: work grows linearly with it.
+	lim := pdf.Limits{MaxDecoded: 1<<20 + 8*int64(len(data)), MaxSteps: 500_000 + 4*int64(len(data)), MaxPages: 100}
 	var text bytes.Buffer
-	res, err := pdf.Read(helloPDF(), lim, func(p []byte) error {
+	res, err := pdf.Read(data, lim, func(p []byte) error {
 		text.Write(p) // a token counter would count here, and stop past its cap
 		return nil
 	})
@@ -53,7 +54,7 @@ func ExampleRead() {
 	case err != nil:
 		fmt.Println("the sink stopped reading:", err)
 	default:
-		fmt.Printf("%d page, %d unread bytes: %q\n", res.Pages, res.Unread, text.String())
+		fmt.Printf("%d page: %q\n", res.Pages, text.String())
 	}
-	// Output: 1 page, 0 unread bytes: "Hello, world"
+	// Output: 1 page: "Hello, world"
 }

@@ -1,133 +1,373 @@
 package pdf
 
 import (
+	"bytes"
+	"compress/flate"
+	"compress/zlib"
+	"encoding/ascii85"
+	"errors"
+	"fmt"
 	"io"
-	"math"
 )
 
-// The LZW decoder and the predictors of the lenient chain (decode.go),
-// written to read what pdf.js reads (src/core/lzw_stream.js and
-// predictor_stream.js). Go's compress/lzw is not PDF's LZW: it has no
-// /EarlyChange (PDF's default is the "early change" of TIFF), so it would
-// misread most PDF LZW data.
+// Stream decoding. Every byte every filter produces is taken from the
+// budget as it is produced, so a bomb stops at MaxDecoded, and a stream is
+// decoded at most once: its data is kept while text may need it.
 
-// lzwReader decodes PDF LZW data: codes of 9 to 12 bits, most significant
-// bit first, 256 clears the table, 257 ends the data. Its memory is fixed
-// (a 4096-entry table) and its output is metered by the caller, so a code
-// that stands for 4096 bytes costs what it yields.
-type lzwReader struct {
-	src     []byte
-	pos     int
-	cache   uint32
-	ncache  uint
-	early   int
-	codeLen uint
-	next    int
-	prev    int
-	vals    [4096]byte
-	lens    [4096]uint16
-	prevs   [4096]uint16
-	seq     [4100]byte
-	seqLen  int
-	pend    []byte
-	done    bool
+// maxChain bounds the filters of one stream.
+const maxChain = 8
+
+type filter struct {
+	name  name
+	parms dict
 }
 
-func newLZW(data []byte, parms dict) *lzwReader {
-	early := 1
-	if e, ok := parms["EarlyChange"]; ok {
-		switch e := e.(type) {
-		case int64:
-			early = int(min(max(e, -1), 1))
-		case float64:
-			early = int(min(max(e, -1), 1))
-		case bool:
-			if e {
-				early = 1 // pdf.js adds it as a number
-			} else {
-				early = 0
-			}
-		default:
-			early = 0 // pdf.js: a value that is no number adds nothing
+// decode decodes s (once), sets its state and returns its data: one
+// variant per reading of its filters (pdf.js reads /F before /Filter and
+// /DP before /DecodeParms; other readers the other way), none when it
+// cannot be decoded. keep keeps the data for later calls.
+func (r *reader) decode(s *stream, keep bool) [][]byte {
+	if s.state != undone {
+		return s.data
+	}
+	s.state = failed
+	if r.encrypted && s.dict["Type"] != name("XRef") {
+		return nil // encrypted: its data is text
+	}
+	var out [][]byte
+	state := decoded
+	for _, chain := range r.chains(s.dict) {
+		data, st := r.apply(s.raw, chain)
+		if st == image {
+			s.state = image
+			return nil
+		}
+		if data != nil {
+			out = append(out, data) // a damaged stream's text before the damage counts
+		}
+		if st == failed {
+			state = failed
 		}
 	}
-	z := &lzwReader{src: data, early: early, codeLen: 9, next: 258}
+	s.state = state
+	if keep {
+		s.data = out
+	}
+	return out
+}
+
+// chains returns the readings of a stream's filters, each once: the
+// specification's (/Filter, /DecodeParms), and pdf.js's, which takes /F
+// before /Filter and /DP before /DecodeParms.
+func (r *reader) chains(d dict) [][]filter {
+	out := [][]filter{r.chain(d["Filter"], d["DecodeParms"])}
+	f, fok := d["F"]
+	p, pok := d["DP"]
+	if fok || pok {
+		if !fok {
+			f = d["Filter"]
+		}
+		if !pok {
+			p = d["DecodeParms"]
+		}
+		if c := r.chain(f, p); !sameChain(c, out[0]) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func sameChain(a, b []filter) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].name != b[i].name || fmt.Sprint(a[i].parms) != fmt.Sprint(b[i].parms) {
+			return false
+		}
+	}
+	return true
+}
+
+// chain reads a filter value (a name or an array of names) and its
+// parameters. A value it cannot read is the filter "?", which decodes
+// nothing.
+func (r *reader) chain(f, p any) []filter {
+	switch f := r.resolve(f).(type) {
+	case nil:
+		return nil
+	case name:
+		return []filter{{f, r.dict(p)}}
+	case array:
+		ps, _ := r.resolve(p).(array)
+		c := make([]filter, 0, min(len(f), maxChain+1))
+		for i, e := range f {
+			if i > maxChain {
+				break
+			}
+			n, _ := r.resolve(e).(name)
+			if n == "" {
+				n = "?"
+			}
+			var pd dict
+			if i < len(ps) {
+				pd = r.dict(ps[i])
+			}
+			c = append(c, filter{n, pd})
+		}
+		return c
+	}
+	return []filter{{name: "?"}}
+}
+
+// apply runs a chain of filters over raw. It returns decoded and the data,
+// failed and the data before the damage (or nil), or image.
+func (r *reader) apply(raw []byte, chain []filter) ([]byte, streamState) {
+	if len(chain) > maxChain {
+		return nil, failed
+	}
+	data := raw
+	for _, f := range chain {
+		var out []byte
+		ok := true
+		switch f.name {
+		case "FlateDecode", "Fl":
+			out, ok = r.inflate(data)
+		case "LZWDecode", "LZW":
+			early := int64(1)
+			if e, known := r.int(f.parms["EarlyChange"]); known {
+				early = e
+			}
+			out, ok = r.drain(newLZW(data, early == 1), len(data), 12)
+		case "ASCII85Decode", "A85":
+			out, ok = r.drain(ascii85.NewDecoder(&a85Clean{data: data}), len(data), 8)
+		case "ASCIIHexDecode", "AHx":
+			end := bytes.IndexByte(data, '>')
+			if end < 0 {
+				end = len(data)
+			}
+			out = hexString(data[:end], nil)
+			ok = r.b.take(len(out)) && r.b.step(len(data))
+		case "RunLengthDecode", "RL":
+			out, ok = r.drain(&runLength{data: data}, len(data), 2)
+		case "Crypt", "Identity":
+			continue
+		case "DCTDecode", "DCT", "JPXDecode", "JPX", "JBIG2Decode", "CCITTFaxDecode", "CCF":
+			if isImage(f.name, data) {
+				return nil, image
+			}
+			return nil, failed
+		default:
+			return nil, failed
+		}
+		if ok && (f.name[0] == 'F' || f.name[0] == 'L') {
+			out, ok = r.unpredict(out, f.parms)
+		}
+		if !ok || r.b.over {
+			return out, failed
+		}
+		data = out
+	}
+	return data, decoded
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// isImage recognises image data: JPEG and JPEG 2000 by their signatures;
+// JBIG2 and CCITT data, which have none, by their filter.
+func isImage(f name, data []byte) bool {
+	switch f {
+	case "DCTDecode", "DCT":
+		return bytes.HasPrefix(data, []byte{0xff, 0xd8})
+	case "JPXDecode", "JPX":
+		return bytes.HasPrefix(data, []byte{0xff, 0x4f, 0xff, 0x51}) || bytes.HasPrefix(data, []byte("\x00\x00\x00\x0cjP  "))
+	}
+	return true
+}
+
+// drain reads src to its end, taking every byte from the budget, and
+// cost steps every four bytes (what the decoder spends on them). ok is
+// false when src broke off (the data before is returned) or the budget is
+// spent.
+func (r *reader) drain(src io.Reader, hint, cost int) ([]byte, bool) {
+	buf := make([]byte, 0, min(max(hint, 512), 1<<20, int(max(r.b.bytes, 0))+512))
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, make([]byte, min(cap(buf), int(max(r.b.bytes, 0))+512))...)[:len(buf)]
+		}
+		n, err := src.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if !r.b.take(n) || !r.b.step(n*cost/4) {
+			return buf, false
+		}
+		switch {
+		case err == io.EOF:
+			return buf, true
+		case errors.Is(err, zlib.ErrChecksum):
+			return buf, true // some writers get it wrong; the data is whole
+		case err != nil:
+			return buf, false
+		}
+	}
+}
+
+// inflate reads zlib data, or raw deflate data when the zlib header is
+// wrong, as pdf.js does.
+func (r *reader) inflate(data []byte) ([]byte, bool) {
+	if len(data) == 0 {
+		return nil, true
+	}
+	if zr, err := zlib.NewReader(bytes.NewReader(data)); err == nil {
+		return r.drain(zr, 4*len(data), 2)
+	}
+	return r.drain(flate.NewReader(bytes.NewReader(data)), 4*len(data), 2)
+}
+
+// a85Clean feeds ASCII85 data to the decoder without white space, up to
+// its "~>".
+type a85Clean struct{ data []byte }
+
+func (a *a85Clean) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) && len(a.data) > 0 {
+		c := a.data[0]
+		a.data = a.data[1:]
+		if c == '~' {
+			a.data = nil
+			break
+		}
+		if c >= '!' && c <= 'u' || c == 'z' {
+			p[n] = c
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+type runLength struct {
+	data []byte
+	run  int
+	b    byte
+	lit  int
+}
+
+func (r *runLength) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		switch {
+		case r.run > 0:
+			p[n] = r.b
+			r.run--
+			n++
+		case r.lit > 0 && len(r.data) > 0:
+			k := copy(p[n:], r.data[:min(r.lit, len(r.data))])
+			r.data, r.lit, n = r.data[k:], r.lit-k, n+k
+		case len(r.data) == 0 || r.data[0] == 128:
+			if n == 0 {
+				return 0, io.EOF
+			}
+			return n, nil
+		case r.data[0] < 128:
+			r.lit, r.data = int(r.data[0])+1, r.data[1:]
+		case len(r.data) > 1:
+			r.run, r.b, r.data = 257-int(r.data[0]), r.data[1], r.data[2:]
+		default:
+			r.data = nil
+		}
+	}
+	return n, nil
+}
+
+// lzw decodes PDF's LZW: codes of 9 to 12 bits, most significant bit
+// first, 256 clears the table, 257 ends the data; with early change (the
+// PDF default, which compress/lzw does not do) the code width grows one
+// code sooner. Its table is fixed in size; its output is metered by drain.
+type lzw struct {
+	src        []byte
+	pos        int
+	acc        uint32
+	nacc       uint
+	early      int
+	width      uint
+	next, prev int
+	first      [4096]byte
+	lens       [4096]uint16
+	prevs      [4096]uint16
+	seq        [4096]byte
+	seqLen     int
+	pend       []byte
+	done       bool
+}
+
+func newLZW(data []byte, early bool) *lzw {
+	z := &lzw{src: data, early: boolInt(early), width: 9, next: 258}
 	for i := 0; i < 256; i++ {
-		z.vals[i] = byte(i)
-		z.lens[i] = 1
+		z.first[i], z.lens[i] = byte(i), 1
 	}
 	return z
 }
 
-func (z *lzwReader) bits(n uint) (int, bool) {
-	for z.ncache < n {
+func (z *lzw) code() (int, bool) {
+	for z.nacc < z.width {
 		if z.pos >= len(z.src) {
 			return 0, false
 		}
-		z.cache = z.cache<<8 | uint32(z.src[z.pos])
+		z.acc = z.acc<<8 | uint32(z.src[z.pos])
 		z.pos++
-		z.ncache += 8
+		z.nacc += 8
 	}
-	z.ncache -= n
-	return int(z.cache>>z.ncache) & (1<<n - 1), true
+	z.nacc -= z.width
+	return int(z.acc>>z.nacc) & (1<<z.width - 1), true
 }
 
-func (z *lzwReader) Read(p []byte) (int, error) {
+func (z *lzw) Read(p []byte) (int, error) {
 	n := 0
-	for n < len(p) {
+	for n < len(p) && !z.done {
 		if len(z.pend) > 0 {
-			m := copy(p[n:], z.pend)
-			n += m
-			z.pend = z.pend[m:]
+			k := copy(p[n:], z.pend)
+			n, z.pend = n+k, z.pend[k:]
 			continue
 		}
-		if z.done {
-			break
-		}
-		code, ok := z.bits(z.codeLen)
-		if !ok || code == 257 {
-			z.done = true
-			break
-		}
-		hasPrev := z.seqLen > 0
+		c, ok := z.code()
 		switch {
-		case code < 256:
-			z.seq[0] = byte(code)
-			z.seqLen = 1
-		case code == 256:
-			z.codeLen, z.next, z.seqLen = 9, 258, 0
+		case !ok || c == 257:
+			z.done = true
 			continue
-		case code < z.next:
-			l := int(z.lens[code])
-			if l > len(z.seq) {
-				l = len(z.seq)
-			}
-			q := code
-			for j := l - 1; j >= 0; j-- {
-				z.seq[j] = z.vals[q]
+		case c == 256:
+			z.width, z.next, z.seqLen = 9, 258, 0
+			continue
+		}
+		hadPrev := z.seqLen > 0
+		if c < z.next {
+			// The sequence of c, built back to front.
+			l := int(z.lens[c])
+			for j, q := l-1, c; j >= 0; j-- {
+				z.seq[j] = z.first[q]
 				q = int(z.prevs[q])
 			}
 			z.seqLen = l
-		default:
-			// The code being defined (or a bad one): the previous
-			// sequence and its first byte.
-			if z.seqLen < len(z.seq) {
-				z.seq[z.seqLen] = z.seq[0]
-				z.seqLen++
-			}
+		} else if z.seqLen > 0 && z.seqLen < len(z.seq) {
+			// The code being defined: the previous sequence and its first byte.
+			z.seq[z.seqLen] = z.seq[0]
+			z.seqLen++
 		}
-		if hasPrev {
-			if z.next < len(z.vals) {
-				z.prevs[z.next] = uint16(z.prev)
-				z.lens[z.next] = uint16(min(int(z.lens[z.prev])+1, len(z.seq)))
-				z.vals[z.next] = z.seq[0]
-			}
+		if hadPrev && z.next < 4096 {
+			z.prevs[z.next], z.first[z.next] = uint16(z.prev), z.seq[0]
+			z.lens[z.next] = uint16(min(int(z.lens[z.prev])+1, len(z.seq)))
 			z.next++
-			if k := z.next + z.early; k > 0 && k&(k-1) == 0 {
-				z.codeLen = uint(min(int(math.Log2(float64(k)))+1, 12))
+			if k := z.next + z.early; k == 512 || k == 1024 || k == 2048 {
+				z.width++
 			}
 		}
-		z.prev = code & 4095
+		z.prev = c & 4095
 		z.pend = z.seq[:z.seqLen]
 	}
 	if n == 0 && z.done {
@@ -136,234 +376,82 @@ func (z *lzwReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// maxRowBytes bounds a predictor's row (pdf.js allocates it as given).
-const maxRowBytes = 1 << 18
-
-// predictor wraps r in the predictor its parameters name. ok is false for
-// parameters this package does not apply (pdf.js rejects a predictor other
-// than 2 and 10 to 15 too, and reads such a stream as empty).
-func predictor(r io.Reader, parms dict) (io.Reader, bool) {
-	if parms == nil {
-		return r, true
-	}
-	num := func(k pdfName, def int64) (int64, bool) {
-		switch v := parms[k].(type) {
-		case nil:
-			return def, true
-		case int64:
-			if v == 0 {
-				return def, true // pdf.js: `|| default`
-			}
-			return v, true
-		case float64:
-			if v == 0 {
-				return def, true
-			}
-			if v != math.Trunc(v) || math.Abs(v) > 1<<40 {
-				return 0, false
-			}
-			return int64(v), true
-		}
-		return def, true
-	}
-	pred, ok := num("Predictor", 1)
-	if !ok {
-		return nil, false
-	}
+// unpredict undoes a PNG (per-row filter byte) or TIFF (8-bit) predictor.
+// Rows are no longer than the data itself.
+func (r *reader) unpredict(data []byte, parms dict) ([]byte, bool) {
+	pred, _ := r.int(parms["Predictor"])
 	if pred <= 1 {
-		return r, true
+		return data, true
 	}
-	if pred != 2 && (pred < 10 || pred > 15) {
+	colors, bpc, cols := r.param(parms, "Colors", 1), r.param(parms, "BitsPerComponent", 8), r.param(parms, "Columns", 1)
+	if colors < 1 || colors > 32 || bpc < 1 || bpc > 16 || cols < 1 || cols > int64(len(data))*8+8 {
 		return nil, false
 	}
-	colors, ok1 := num("Colors", 1)
-	bits, ok2 := num("BitsPerComponent", 8)
-	if v, ok := parms["BPC"]; ok && v != nil {
-		bits, ok2 = num("BPC", 8)
+	row := int((cols*colors*bpc + 7) / 8)
+	pix := int(max((colors*bpc+7)/8, 1))
+	if pred == 2 {
+		if bpc != 8 {
+			return nil, false
+		}
+		for i := range data {
+			if i%row >= pix {
+				data[i] += data[i-pix]
+			}
+		}
+		return data, true
 	}
-	cols, ok3 := num("Columns", 1)
-	if !ok1 || !ok2 || !ok3 || colors < 1 || colors > 256 || bits < 1 || bits > 16 || cols < 1 || cols > maxRowBytes*8 {
+	if pred < 10 || pred > 15 {
 		return nil, false
 	}
-	rowBytes := (cols*colors*bits + 7) >> 3
-	if rowBytes > maxRowBytes {
-		return nil, false
-	}
-	return &predictReader{r: r, png: pred >= 10, colors: int(colors), bits: int(bits), cols: int(cols),
-		pix: int((colors*bits + 7) >> 3), row: make([]byte, rowBytes), prev: make([]byte, rowBytes),
-		raw: make([]byte, rowBytes+1)}, true
-}
-
-// predictReader undoes a PNG (per-row filter byte) or TIFF predictor, row
-// by row, as pdf.js's PredictorStream does.
-type predictReader struct {
-	r                       io.Reader
-	png                     bool
-	colors, bits, cols, pix int
-	row, prev, raw          []byte
-	pend                    []byte
-	err                     error
-	bad                     bool // a row named a filter type that does not exist
-}
-
-func (p *predictReader) Read(b []byte) (int, error) {
-	n := 0
-	for n < len(b) {
-		if len(p.pend) > 0 {
-			m := copy(b[n:], p.pend)
-			n += m
-			p.pend = p.pend[m:]
-			continue
-		}
-		if p.err != nil {
-			break
-		}
-		p.nextRow()
-	}
-	if n == 0 && p.err != nil {
-		return 0, p.err
-	}
-	return n, nil
-}
-
-func (p *predictReader) nextRow() {
-	raw := p.raw[:len(p.row)]
-	typ := byte(0)
-	if p.png {
-		raw = p.raw[:len(p.row)+1]
-	}
-	k, err := io.ReadFull(p.r, raw)
-	if err == io.ErrUnexpectedEOF {
-		err = io.EOF
-	}
-	if k == 0 || p.png && k < 2 {
-		if err == nil {
-			err = io.EOF
-		}
-		p.err = err
-		return
-	}
-	if p.png {
-		typ = raw[0]
-		raw = raw[1:k]
-	} else {
-		raw = raw[:k]
-	}
-	// A short last row is read as far as it goes.
-	row := p.row[:len(raw)]
-	copy(p.prev, p.row) // the previous row, for PNG
-	switch {
-	case !p.png:
-		p.tiff(row, raw)
-	case typ == 0:
-		copy(row, raw)
-	case typ == 1:
-		for i := range row {
-			if i < p.pix {
-				row[i] = raw[i]
-			} else {
-				row[i] = row[i-p.pix] + raw[i]
+	out := make([]byte, 0, len(data))
+	prev := make([]byte, min(row, len(data)))
+	for len(data) > 1 {
+		typ, raw := data[0], data[1:min(len(data), row+1)]
+		data = data[len(raw)+1:]
+		at := len(out)
+		for i, c := range raw {
+			var left, up, ul byte
+			if i >= pix {
+				left, ul = out[at+i-pix], prev[i-pix]
 			}
-		}
-	case typ == 2:
-		for i := range row {
-			row[i] = p.prev[i] + raw[i]
-		}
-	case typ == 3:
-		for i := range row {
-			if i < p.pix {
-				row[i] = p.prev[i]>>1 + raw[i]
-			} else {
-				row[i] = byte((int(p.prev[i])+int(row[i-p.pix]))>>1) + raw[i]
-			}
-		}
-	case typ == 4:
-		for i := range row {
-			if i < p.pix {
-				row[i] = p.prev[i] + raw[i]
-				continue
-			}
-			up, upLeft, left := int(p.prev[i]), int(p.prev[i-p.pix]), int(row[i-p.pix])
-			q := left + up - upLeft
-			pa, pb, pc := abs(q-left), abs(q-up), abs(q-upLeft)
-			switch {
-			case pa <= pb && pa <= pc:
-				row[i] = byte(left) + raw[i]
-			case pb <= pc:
-				row[i] = byte(up) + raw[i]
+			up = prev[i]
+			switch typ {
+			case 1:
+				c += left
+			case 2:
+				c += up
+			case 3:
+				c += byte((int(left) + int(up)) / 2)
+			case 4:
+				c += paeth(left, up, ul)
+			case 0:
 			default:
-				row[i] = byte(upLeft) + raw[i]
+				return out, false
 			}
+			out = append(out, c)
 		}
-	default:
-		// pdf.js throws: the data ends here.
-		p.bad = true
-		p.err = io.EOF
-		return
+		copy(prev, out[at:])
 	}
-	p.pend = row
-	if err != nil {
-		p.err = err
-	}
+	return out, true
 }
 
-// tiff undoes TIFF predictor 2 on one row.
-func (p *predictReader) tiff(row, raw []byte) {
-	c := p.colors
-	switch p.bits {
-	case 8:
-		for i := range row {
-			if i < c {
-				row[i] = raw[i]
-			} else {
-				row[i] = row[i-c] + raw[i]
-			}
-		}
-	case 16:
-		bpp := 2 * c
-		for i := 0; i < len(row); i += 2 {
-			if i < bpp || i+1 >= len(row) {
-				row[i] = raw[i]
-				if i+1 < len(row) {
-					row[i+1] = raw[i+1]
-				}
-				continue
-			}
-			sum := int(raw[i])<<8 + int(raw[i+1]) + int(row[i-bpp])<<8 + int(row[i-bpp+1])
-			row[i], row[i+1] = byte(sum>>8), byte(sum)
-		}
-	default:
-		comp := make([]int, c)
-		mask := 1<<p.bits - 1
-		var inbuf, outbuf, inbits, outbits, j, k int
-		for x := 0; x < p.cols; x++ {
-			for kk := 0; kk < c; kk++ {
-				for inbits < p.bits {
-					if j < len(raw) {
-						inbuf = (inbuf<<8 | int(raw[j])) & 0xffffff
-					} else {
-						inbuf = inbuf << 8 & 0xffffff
-					}
-					j++
-					inbits += 8
-				}
-				comp[kk] = (comp[kk] + inbuf>>(inbits-p.bits)) & mask
-				inbits -= p.bits
-				outbuf = (outbuf<<p.bits | comp[kk]) & 0xffffff
-				outbits += p.bits
-				for outbits >= 8 {
-					if k < len(row) {
-						row[k] = byte(outbuf >> (outbits - 8))
-					}
-					k++
-					outbits -= 8
-				}
-			}
-		}
-		if outbits > 0 && outbits < 8 && k < len(row) {
-			row[k] = byte(outbuf<<(8-outbits)) + byte(inbuf&(1<<(8-outbits)-1))
-		}
+func (r *reader) param(d dict, k name, def int64) int64 {
+	if v, ok := r.int(d[k]); ok && v != 0 {
+		return v
 	}
+	return def
+}
+
+func paeth(a, b, c byte) byte {
+	p := int(a) + int(b) - int(c)
+	pa, pb, pc := abs(p-int(a)), abs(p-int(b)), abs(p-int(c))
+	switch {
+	case pa <= pb && pa <= pc:
+		return a
+	case pb <= pc:
+		return b
+	}
+	return c
 }
 
 func abs(x int) int {

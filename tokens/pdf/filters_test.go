@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"encoding/ascii85"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math/bits"
 	"math/rand"
 	"strings"
 	"testing"
-	"time"
 )
 
 // Encoders for the tests: each writes what the decoder of the same name
@@ -184,18 +182,6 @@ func tiffPredict(data []byte, cols int) []byte {
 	return out
 }
 
-// bigTextContent is 240,000 characters of text (some 44k tokens) in a
-// content stream.
-func bigTextContent() (content, text string) { return attackContent(240_000) }
-
-// filterCases are one-page PDFs whose page content is the big text under
-// each filter chain a reader decodes, the file of a kilobyte or a few.
-func filterCases() map[string][]byte {
-	content, _ := bigTextContent()
-	shortContent, _ := attackContent(20_000)
-	return filterCasesOf(content, shortContent)
-}
-
 func filterCasesOf(content, shortContent string) map[string][]byte {
 	c := []byte(content)
 	z := zlibBytes(c)
@@ -254,107 +240,30 @@ func filterCasesOf(content, shortContent string) map[string][]byte {
 	return out
 }
 
-// TestFilterChains: every filter chain pdf.js decodes is decoded, on the
-// library path and on the scan's: all 240,000 characters reach the sink.
+// TestFilterChains: every filter chain is decoded, and its text read whole,
+// every byte of the file accounted for.
 func TestFilterChains(t *testing.T) {
-	_, text := bigTextContent()
-	want := strings.Join(strings.Fields(text), " ")
-	_, short := attackContent(20_000)
-	wantShort := strings.Join(strings.Fields(short), " ")
-	for name, data := range filterCases() {
+	content, text := attackContent(60_000)
+	short, shortText := attackContent(20_000)
+	for name, data := range filterCasesOf(content, short) {
 		t.Run(name, func(t *testing.T) {
-			if len(data) > 8<<10 && !strings.Contains(name, "PNG") && !strings.Contains(name, "TIFF") && name != "LZW alone" {
-				t.Errorf("%d-byte file", len(data))
+			o := readAllText(t, data, testLimits)
+			if o.err != nil {
+				t.Fatal(o.err)
 			}
-			broken := bytes.Replace(data, []byte("startxref\n"), []byte("startxref\n9"), 1)
-			for _, c := range []struct {
-				data []byte
-				how  path
-			}{{data, viaLibrary}, {broken, viaScan}} {
-				o := readAllText(t, c.data, testLimits)
-				if errors.Is(o.err, ErrBound) {
-					t.Errorf("path %v: ErrBound; the chain should be read", c.how)
-					continue
-				}
-				if o.err != nil || o.how != c.how {
-					t.Fatalf("err %v path %v, want path %v", o.err, o.how, c.how)
-				}
-				got := strings.Join(strings.Fields(o.text), " ")
-				w := want
-				if name == "LZW alone" {
-					w = wantShort
-				}
-				if !strings.Contains(got, w[:len(w)-200]) {
-					t.Errorf("path %v: read %d bytes of text, want %d (result %+v): %.200q", c.how, len(got), len(w), o.res, got)
-				}
-				t.Logf("%d-byte file, path %v: %d bytes of text, result %+v", len(c.data), c.how, len(got), o.res)
+			w := text
+			if name == "LZW alone" {
+				w = shortText
+			}
+			got := strings.Join(strings.Fields(o.text), " ")
+			w = strings.Join(strings.Fields(w), " ")
+			if !strings.Contains(got, w[:len(w)-200]) {
+				t.Errorf("read %d bytes of text, want %d: %.200q", len(got), len(w), got)
+			}
+			if o.raw != 0 && name != "short Length" && name != "Length 0" && name != "raw deflate" {
+				t.Errorf("%d bytes costed as text", o.raw)
 			}
 		})
-	}
-}
-
-// TestUndecodableFilter: a content stream under a filter this package
-// cannot decode costs its worst expansion, or the bound, never its size.
-func TestUndecodableFilter(t *testing.T) {
-	content, _ := bigTextContent()
-	z := zlibBytes([]byte(content))
-	for _, f := range []string{"/BrotliDecode", "/Unknown", "[/FlateDecode /Br]", "/DCTDecode", "[7 /FlateDecode]"} {
-		for _, size := range []int{64, len(z)} {
-			d := newDoc()
-			c := d.stream("/Filter "+f, z[:size])
-			d.page(c)
-			data := d.bytes()
-			broken := bytes.Replace(data, []byte("startxref\n"), []byte("startxref\n9"), 1)
-			for _, in := range [][]byte{data, broken} {
-				o := readAllText(t, in, testLimits)
-				if errors.Is(o.err, ErrBound) {
-					continue
-				}
-				least := int64(size) * maxExpansion
-				if strings.Contains(f, "/Br") {
-					least = 10 * maxExpansion // the Flate step's output, after its damage
-				}
-				if f == "/DCTDecode" && o.how == viaScan {
-					least = int64(size) // a page content dressed as an image: read as it decodes
-				}
-				if o.err != nil || o.res.Unread < least {
-					t.Errorf("%s, %d bytes, path %v: err %v result %+v", f, size, o.how, o.err, o.res)
-				}
-			}
-		}
-	}
-	// Past the budget: the bound.
-	d := newDoc()
-	d.page(d.stream("/Filter /BrotliDecode", bytes.Repeat([]byte{0x8b}, 16<<10)))
-	if o := readAllText(t, d.bytes(), testLimits); !errors.Is(o.err, ErrBound) {
-		t.Errorf("16 KB of Brotli: err %v result %+v, want ErrBound", o.err, o.res)
-	}
-}
-
-// TestDamagedStream: what a damaged stream yields is read; what follows the
-// damage is priced at its worst expansion.
-func TestDamagedStream(t *testing.T) {
-	content, _ := bigTextContent()
-	z := zlibBytes([]byte(content))
-	// Truncated: all of it was read up to the cut.
-	d := newDoc()
-	d.page(d.flate("", []byte(show("intact page"))))
-	d.page(d.stream("/Filter /FlateDecode", z[:len(z)/2]))
-	o := readAllText(t, d.bytes(), testLimits)
-	if o.err != nil || o.res.Unread < int64(len(z)/2) || len(o.text) < 1000 {
-		t.Errorf("truncated: err %v result %+v, %d bytes of text", o.err, o.res, len(o.text))
-	}
-	// Broken in the middle (a 'z' inside an ASCII85 group), data after
-	// the damage.
-	a := a85Bytes(z)
-	bad := append(append(append([]byte(nil), a[:len(a)/2+2]...), 'z'), a[len(a)/2+2:]...)
-	d = newDoc()
-	d.page(d.stream("/Filter [/A85 /FlateDecode]", bad))
-	for _, in := range [][]byte{d.bytes(), bytes.Replace(d.bytes(), []byte("startxref\n"), []byte("startxref\n9"), 1)} {
-		o = readAllText(t, in, testLimits)
-		if !errors.Is(o.err, ErrBound) && o.res.Unread < int64(len(a)/2-1024)*maxExpansion {
-			t.Errorf("broken: err %v path %v result %+v", o.err, o.how, o.res)
-		}
 	}
 }
 
@@ -370,87 +279,48 @@ func TestLZW(t *testing.T) {
 	}
 	for _, in := range inputs {
 		for _, early := range []int{0, 1} {
-			enc := lzwBytes(in, early)
-			b := newBudget(testLimits.withDefaults(), time.Now())
-			v, err := lenientChain(enc, []filter{{name: "LZWDecode", parms: dict{"EarlyChange": int64(early)}}}, b, &inflaters{})
-			if err != nil || v.result != decoded || !bytes.Equal(v.data, in) {
-				t.Fatalf("%d bytes, early %d: err %v result %v, %d bytes back", len(in), early, err, v.result, len(v.data))
+			r := newReader(nil, testLimits, nil)
+			out, st := r.apply(lzwBytes(in, early), []filter{{"LZWDecode", dict{"EarlyChange": int64(early)}}})
+			if st != decoded || !bytes.Equal(out, in) {
+				t.Fatalf("%d bytes, early %d: %v, %d bytes back", len(in), early, st, len(out))
 			}
 		}
 	}
-	// A bomb: every code a string one longer than the last; the budget
-	// stops it.
-	b := newBudget(testLimits.withDefaults(), time.Now())
-	v, err := lenientChain(lzwZeros(1), []filter{{name: "LZW"}}, b, &inflaters{})
-	if err != nil || v.result != decoded || len(v.data) != 3743*3744/2 || bytes.Count(v.data, []byte{0}) != len(v.data) {
-		t.Fatalf("one table of zeros: err %v, %d bytes", err, len(v.data))
-	}
-	lim := testLimits
-	lim.MaxDecompressed = 1 << 20
-	b = newBudget(lim.withDefaults(), time.Now())
-	enc := lzwZeros(3)
-	if _, err := lenientChain(enc, []filter{{name: "LZW"}}, b, &inflaters{}); !errors.Is(err, errOver) {
-		t.Fatalf("%d-byte LZW bomb: err %v", len(enc), err)
+	// A bomb: the budget stops it.
+	r := newReader(nil, Limits{MaxDecoded: 1 << 20, MaxSteps: 1000}, nil)
+	if _, st := r.apply(lzwZeros(3), []filter{{name: "LZW"}}); st != failed || !r.b.over {
+		t.Fatalf("LZW bomb: %v, over %v", st, r.b.over)
 	}
 }
 
-func TestStreamExtent(t *testing.T) {
-	data := []byte("stream\nABCDEF\n% c\n endstream xx endsteam \n")
-	for _, c := range []struct {
-		length int64
-		want   int
-	}{{6, 13}, {7, 14}, {2, 19}, {-1, 19}, {999, 19}} {
-		if got := streamExtent(data, 7, c.length); got != c.want {
-			t.Errorf("length %d: end %d, want %d", c.length, got, c.want)
-		}
-	}
-	data = []byte("stream\nABC endsteam \n")
-	if got := streamExtent(data, 7, 1); got != 11 {
-		t.Errorf("endsteam: %d", got)
-	}
-}
-
-// TestPredictorParams runs the predictors over every parameter shape:
-// nothing panics, no row grows.
-func TestPredictorParams(t *testing.T) {
+func TestPredictors(t *testing.T) {
 	rng := rand.New(rand.NewSource(2))
 	data := make([]byte, 5000)
 	rng.Read(data)
-	for _, pred := range []int64{2, 10, 11, 12, 13, 14, 15} {
-		for _, bpc := range []int64{1, 2, 4, 5, 8, 12, 16} {
-			for _, colors := range []int64{1, 3, 4} {
-				for _, cols := range []int64{1, 5, 17, 100} {
-					parms := dict{"Predictor": pred, "BitsPerComponent": bpc, "Colors": colors, "Columns": cols}
-					b := newBudget(testLimits.withDefaults(), time.Now())
-					v, err := lenientChain(zlibBytes(data), []filter{{name: "FlateDecode", parms: parms}}, b, &inflaters{})
-					if err != nil || len(v.data) > len(data) {
-						t.Fatalf("%v: err %v, %d bytes out of %d", parms, err, len(v.data), len(data))
-					}
-				}
+	for typ := byte(0); typ <= 4; typ++ {
+		for _, cols := range []int{1, 5, 17, 100} {
+			r := newReader(nil, testLimits, nil)
+			out, st := r.apply(zlibBytes(pngPredict(data, cols, typ)), []filter{{"FlateDecode", dict{"Predictor": int64(10 + typ), "Columns": int64(cols)}}})
+			if st != decoded || !bytes.Equal(out[:min(len(out), len(data))], data) {
+				t.Fatalf("PNG %d, %d columns: %v, %d bytes", typ, cols, st, len(out))
 			}
 		}
 	}
-	// TIFF, 8 bits, three colors: a round trip.
-	in := make([]byte, 3*40*10)
-	rng.Read(in)
-	enc := make([]byte, len(in))
-	for i := range in {
-		if i%120 < 3 {
-			enc[i] = in[i]
-		} else {
-			enc[i] = in[i] - in[i-3]
-		}
+	r := newReader(nil, testLimits, nil)
+	out, st := r.apply(zlibBytes(tiffPredict(data, 40)), []filter{{"Fl", dict{"Predictor": int64(2), "Columns": int64(40)}}})
+	if st != decoded || !bytes.Equal(out, data) {
+		t.Fatalf("TIFF: %v, %d bytes", st, len(out))
 	}
-	b := newBudget(testLimits.withDefaults(), time.Now())
-	v, err := lenientChain(zlibBytes(enc), []filter{{name: "Fl", parms: dict{"Predictor": int64(2), "Colors": int64(3), "Columns": int64(40)}}}, b, &inflaters{})
-	if err != nil || !bytes.Equal(v.data, in) {
-		t.Fatalf("TIFF round trip: err %v, %d bytes", err, len(v.data))
-	}
-	// Parameters pdf.js refuses, or rows too long: not decoded.
-	for _, parms := range []dict{{"Predictor": int64(5)}, {"Predictor": int64(12), "Columns": int64(1 << 40)}, {"Predictor": int64(12), "Colors": int64(-1)}} {
-		v, _ := lenientChain(zlibBytes(data), []filter{{name: "FlateDecode", parms: parms}}, newBudget(testLimits.withDefaults(), time.Now()), &inflaters{})
-		if v.result != undecoded {
-			t.Errorf("%v: %v", parms, v.result)
+	// Every parameter shape: nothing panics, nothing grows.
+	for _, pred := range []int64{2, 5, 10, 12, 15, 99} {
+		for _, bpc := range []int64{-1, 1, 4, 8, 16, 1 << 40} {
+			for _, cols := range []int64{-5, 1, 17, 1 << 40} {
+				r := newReader(nil, testLimits, nil)
+				out, _ := r.apply(zlibBytes(data), []filter{{"FlateDecode", dict{"Predictor": pred, "BitsPerComponent": bpc, "Columns": cols, "Colors": int64(3)}}})
+				if len(out) > len(data) {
+					t.Fatalf("%d %d %d: %d bytes", pred, bpc, cols, len(out))
+				}
+			}
 		}
 	}
 }

@@ -1,504 +1,396 @@
 package pdf
 
-import (
-	"errors"
-	"strconv"
-)
+// The lexer and the object parser. One lexer reads the file, object
+// streams, content streams and CMaps; every token is a step of the budget
+// (a long token one step per 64 bytes), so no input makes it work more
+// than linearly.
 
-// This file mirrors, rule for rule, the object syntax of the library's lexer
-// (github.com/ledongthuc/pdf lex.go). It is not used to read text: the
-// structure check (check.go) parses with it exactly the objects the library
-// will parse while opening a file and resolving objects in object streams,
-// so that a number the library would act on (an xref /Size, an object
-// stream's /N, a filter chain) is known, and bounded, before the library
-// sees it. Where the library panics, this lexer fails with errSyntax; the
-// two must agree on every input the library accepts. The fuzz target
-// FuzzLexAgreement compares them.
-
-var errSyntax = errors.New("pdf: syntax")
-
+// The values of PDF objects.
 type (
-	keyword string
-	pdfName string
-	dict    map[pdfName]any
-	array   []any
-	objref  struct {
-		id  uint32
-		gen uint16
-	}
-	objdef struct {
-		ref objref
-		obj any
-	}
-	// streamObj is a stream's dictionary and the offset of its data.
-	streamObj struct {
-		hdr    dict
-		offset int64
-	}
-	eofToken struct{}
+	name  string
+	ref   struct{ num int64 }
+	dict  map[name]any
+	array []any
+	// A string's bytes; int64 and float64 are numbers, bool and nil too.
+	pstring []byte
 )
 
-// maxLexDepth is the library's maxObjectDepth.
-const maxLexDepth = 1000
+type tokKind uint8
 
-// lexer reads objects from src[pos:], like the library's buffer over a
-// section of the file that ends at len(src).
+const (
+	tEOF   tokKind = iota
+	tInt           // an integer: num
+	tReal          // a real number: real
+	tName          // /Name: start is after the slash
+	tStr           // (literal): start and end enclose it, parentheses included
+	tHex           // <hex>: likewise
+	tDictL         // <<
+	tDictR         // >>
+	tArrL          // [
+	tArrR          // ]
+	tWord          // a keyword or operator: obj, R, Tj, true, …
+	tBad           // a delimiter out of place, or a string open at the end
+)
+
+type token struct {
+	kind       tokKind
+	start, end int
+	num        int64
+	real       float64
+}
+
 type lexer struct {
-	src         []byte
-	pos         int
-	unread      []any
-	allowEOF    bool
-	allowObjptr bool
-	allowStream bool
-	eof         bool
-	depth       int
-	// work, when set, is the number of bytes the lexer may still read,
-	// shared by the lexers of one task; past it the parse fails.
-	work *int
-	// lenient reads strings and names as pdf.js does where the library
-	// fails (an unknown escape, a bad hex digit). Only the search for
-	// encryption dictionaries (crypt.go) sets it: the structure check must
-	// fail where the library fails.
-	lenient bool
+	data []byte
+	pos  int
+	b    *budget
 }
 
-func newLexer(src []byte, pos int) *lexer {
-	return &lexer{src: src, pos: pos, allowObjptr: true, allowStream: true}
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == '\f' || c == 0
 }
 
-// lexFail aborts a parse; parse recovers it.
-type lexFail struct{}
+func isDelim(c byte) bool {
+	switch c {
+	case '(', ')', '<', '>', '[', ']', '{', '}', '/', '%':
+		return true
+	}
+	return false
+}
 
-func (l *lexer) fail() { panic(lexFail{}) }
+func isRegular(c byte) bool { return !isSpace(c) && !isDelim(c) }
 
-// parse runs f, turning a failed parse into errSyntax.
-func parse[T any](f func() T) (v T, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			if _, ok := r.(lexFail); !ok {
-				panic(r)
+// skipSpace passes white space and comments.
+func (l *lexer) skipSpace() {
+	for l.pos < len(l.data) {
+		c := l.data[l.pos]
+		switch {
+		case isSpace(c):
+			l.pos++
+		case c == '%':
+			for l.pos < len(l.data) && l.data[l.pos] != '\n' && l.data[l.pos] != '\r' {
+				l.pos++
 			}
-			err = errSyntax
-		}
-	}()
-	return f(), nil
-}
-
-func (l *lexer) readByte() byte {
-	if l.pos >= len(l.src) || l.pos < 0 {
-		if l.allowEOF {
-			l.eof = true
-			return '\n'
-		}
-		l.fail()
-	}
-	if l.work != nil {
-		if *l.work--; *l.work < 0 {
-			l.fail()
+		default:
+			return
 		}
 	}
-	c := l.src[l.pos]
-	l.pos++
-	return c
 }
 
-func (l *lexer) unreadByte() {
-	// At the end of input the library's buffer is empty, and unreading does
-	// nothing; the '\n' it returned was never consumed.
-	if l.eof && l.pos >= len(l.src) {
+// next reads one token; past the budget it reads tEOF.
+func (l *lexer) next() token {
+	l.skipSpace()
+	t := l.scan()
+	if !l.b.step(16 + (t.end-t.start)>>1) {
+		return token{kind: tEOF, start: len(l.data), end: len(l.data)}
+	}
+	l.pos = t.end
+	return t
+}
+
+func (l *lexer) scan() token {
+	d, i := l.data, l.pos
+	if i >= len(d) {
+		return token{kind: tEOF, start: i, end: i}
+	}
+	t := token{start: i, end: i + 1}
+	switch c := d[i]; c {
+	case '/':
+		t.kind, t.start, t.end = tName, i+1, l.regularEnd(i+1)
+	case '(':
+		t.kind, t.end = tStr, literalEnd(d, i+1)
+		if t.end < 0 {
+			t.kind, t.end = tBad, len(d)
+		}
+	case '<':
+		if i+1 < len(d) && d[i+1] == '<' {
+			t.kind, t.end = tDictL, i+2
+			break
+		}
+		t.kind, t.end = tHex, i+1
+		for t.end < len(d) && (isSpace(d[t.end]) || unhex(d[t.end]) >= 0) {
+			t.end++
+		}
+		if t.end >= len(d) || d[t.end] != '>' {
+			t.kind = tBad
+		} else {
+			t.end++
+		}
+	case '>':
+		t.kind = tBad
+		if i+1 < len(d) && d[i+1] == '>' {
+			t.kind, t.end = tDictR, i+2
+		}
+	case '[':
+		t.kind = tArrL
+	case ']':
+		t.kind = tArrR
+	case ')', '{', '}':
+		t.kind = tBad
+		if c != ')' {
+			t.kind = tWord // PostScript braces: words a content stream ignores
+		}
+	default:
+		t.end = l.regularEnd(i)
+		t.kind = tWord
+		numberToken(d[i:t.end], &t)
+	}
+	return t
+}
+
+func (l *lexer) regularEnd(i int) int {
+	for i < len(l.data) && isRegular(l.data[i]) {
+		i++
+	}
+	return i
+}
+
+// numberToken makes t a number when s is one (123, -4.5, .5, 4.).
+func numberToken(s []byte, t *token) {
+	if len(s) == 0 || len(s) > 32 {
 		return
 	}
-	if l.pos > 0 {
-		l.pos--
+	i, neg := 0, false
+	if s[0] == '+' || s[0] == '-' {
+		neg, i = s[0] == '-', 1
 	}
+	var v int64
+	var f, scale float64 = 0, 0
+	digits := 0
+	for ; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			digits++
+			v = v*10 + int64(c-'0')
+			f = f*10 + float64(c-'0')
+			if scale != 0 {
+				scale *= 10
+			}
+		case c == '.' && scale == 0:
+			scale = 1
+		default:
+			return
+		}
+	}
+	if digits == 0 {
+		return
+	}
+	if neg {
+		v, f = -v, -f
+	}
+	if scale == 0 && digits < 19 {
+		t.kind, t.num, t.real = tInt, v, float64(v)
+		return
+	}
+	t.kind, t.real = tReal, f/max(scale, 1)
 }
 
-func (l *lexer) unreadToken(t any) { l.unread = append(l.unread, t) }
-
-func (l *lexer) readToken() any {
-	if n := len(l.unread); n > 0 {
-		t := l.unread[n-1]
-		l.unread = l.unread[:n-1]
-		return t
-	}
-	c := l.readByte()
-	for {
-		if isSpace(c) {
-			if l.eof {
-				return eofToken{}
+// literalEnd returns the index after the ')' that closes a literal string
+// whose '(' is before i, or -1.
+func literalEnd(d []byte, i int) int {
+	depth := 1
+	for ; i < len(d); i++ {
+		switch d[i] {
+		case '\\':
+			i++
+		case '(':
+			depth++
+		case ')':
+			depth--
+			if depth == 0 {
+				return i + 1
 			}
-			c = l.readByte()
-		} else if c == '%' {
-			for c != '\r' && c != '\n' {
-				c = l.readByte()
-			}
-		} else {
-			break
 		}
-	}
-	switch c {
-	case '<':
-		if l.readByte() == '<' {
-			return keyword("<<")
-		}
-		l.unreadByte()
-		return l.readHexString()
-	case '(':
-		return l.readLiteralString()
-	case '[', ']', '{', '}':
-		return keyword(string(c))
-	case '/':
-		return l.readName()
-	case '>':
-		if l.readByte() == '>' {
-			return keyword(">>")
-		}
-		l.unreadByte()
-		l.fail()
-	}
-	if isDelim(c) {
-		l.fail()
-	}
-	l.unreadByte()
-	return l.readKeyword()
-}
-
-func (l *lexer) readHexString() any {
-	if l.lenient {
-		return l.readHexStringLenient()
-	}
-	var tmp []byte
-	for {
-		c := l.readByte()
-		for isSpace(c) {
-			if l.eof {
-				// The library loops here for ever; check.go refuses every
-				// input that could reach this point.
-				l.fail()
-			}
-			c = l.readByte()
-		}
-		if c == '>' {
-			break
-		}
-		c2 := l.readByte()
-		for isSpace(c2) {
-			if l.eof {
-				l.fail()
-			}
-			c2 = l.readByte()
-		}
-		x := unhex(c)<<4 | unhex(c2)
-		if x < 0 {
-			l.fail()
-		}
-		tmp = append(tmp, byte(x))
-	}
-	return string(tmp)
-}
-
-// readHexStringLenient reads a hex string as pdf.js does: a character
-// that is no hex digit is skipped, a lone last digit is a high nibble, and
-// the end of the input ends the string.
-func (l *lexer) readHexStringLenient() any {
-	var tmp []byte
-	hi := -1
-	for l.pos < len(l.src) {
-		c := l.readByte()
-		if c == '>' {
-			break
-		}
-		v := unhex(c)
-		if v < 0 {
-			continue
-		}
-		if hi < 0 {
-			hi = v
-			continue
-		}
-		tmp = append(tmp, byte(hi<<4|v))
-		hi = -1
-	}
-	if hi >= 0 {
-		tmp = append(tmp, byte(hi<<4))
-	}
-	return string(tmp)
-}
-
-func unhex(b byte) int {
-	switch {
-	case '0' <= b && b <= '9':
-		return int(b) - '0'
-	case 'a' <= b && b <= 'f':
-		return int(b) - 'a' + 10
-	case 'A' <= b && b <= 'F':
-		return int(b) - 'A' + 10
 	}
 	return -1
 }
 
-func (l *lexer) readLiteralString() any {
-	var tmp []byte
-	depth := 1
-Loop:
-	for !l.eof {
-		c := l.readByte()
-		switch c {
-		default:
-			tmp = append(tmp, c)
-		case '(':
-			depth++
-			tmp = append(tmp, c)
-		case ')':
-			if depth--; depth == 0 {
-				break Loop
-			}
-			tmp = append(tmp, c)
-		case '\\':
-			switch c = l.readByte(); c {
-			default:
-				if !l.lenient {
-					l.fail()
-				}
-				tmp = append(tmp, c)
-			case 'n':
-				tmp = append(tmp, '\n')
-			case 'r':
-				tmp = append(tmp, '\r')
-			case 'b':
-				tmp = append(tmp, '\b')
-			case 't':
-				tmp = append(tmp, '\t')
-			case 'f':
-				tmp = append(tmp, '\f')
-			case '(', ')', '\\':
-				tmp = append(tmp, c)
-			case '\r':
-				if l.readByte() != '\n' {
-					l.unreadByte()
-				}
-			case '\n':
-			case '0', '1', '2', '3', '4', '5', '6', '7':
-				x := int(c - '0')
-				for i := 0; i < 2; i++ {
-					c = l.readByte()
-					if c < '0' || c > '7' {
-						l.unreadByte()
-						break
-					}
-					x = x*8 + int(c-'0')
-				}
-				if x > 255 && !l.lenient {
-					l.fail()
-				}
-				tmp = append(tmp, byte(x))
-			}
-		}
-	}
-	return string(tmp)
-}
-
-func (l *lexer) readName() any {
-	var tmp []byte
-	for {
-		c := l.readByte()
-		if isDelim(c) || isSpace(c) {
-			l.unreadByte()
-			break
-		}
-		if c == '#' {
-			x := unhex(l.readByte())<<4 | unhex(l.readByte())
-			if x < 0 && l.lenient {
-				l.unreadByte()
-				l.unreadByte()
-				tmp = append(tmp, '#')
-				continue
-			}
-			if x < 0 {
-				l.fail()
-			}
-			tmp = append(tmp, byte(x))
-			continue
-		}
-		tmp = append(tmp, c)
-	}
-	return pdfName(tmp)
-}
-
-func (l *lexer) readKeyword() any {
-	start := l.pos
-	for {
-		c := l.readByte()
-		if isDelim(c) || isSpace(c) {
-			l.unreadByte()
-			break
-		}
-	}
-	end := l.pos
-	if end > len(l.src) {
-		end = len(l.src)
-	}
-	s := string(l.src[start:end])
+func unhex(c byte) int {
 	switch {
-	case s == "true":
-		return true
-	case s == "false":
-		return false
-	case isInteger(s):
-		x, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			l.fail()
-		}
-		return x
-	case isReal(s):
-		x, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			l.fail()
-		}
-		return x
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c-'a') + 10
+	case 'A' <= c && c <= 'F':
+		return int(c-'A') + 10
 	}
-	return keyword(s)
+	return -1
 }
 
-func isInteger(s string) bool {
-	if len(s) > 0 && (s[0] == '+' || s[0] == '-') {
-		s = s[1:]
+// str returns the bytes of a string token, appended to dst.
+func (l *lexer) str(t token, dst []byte) []byte {
+	if t.kind == tHex {
+		return hexString(l.data[t.start+1:t.end-1], dst)
 	}
-	if len(s) == 0 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || '9' < s[i] {
-			return false
-		}
-	}
-	return true
+	return literalString(l.data[t.start+1:t.end-1], dst)
 }
 
-func isReal(s string) bool {
-	if len(s) > 0 && (s[0] == '+' || s[0] == '-') {
-		s = s[1:]
-	}
-	if len(s) == 0 {
-		return false
-	}
-	ndot := 0
+func hexString(s, dst []byte) []byte {
+	hi := -1
 	for _, c := range s {
-		if c == '.' {
-			ndot++
+		v := unhex(c)
+		switch {
+		case v < 0:
+		case hi < 0:
+			hi = v
+		default:
+			dst = append(dst, byte(hi<<4|v))
+			hi = -1
+		}
+	}
+	if hi >= 0 {
+		dst = append(dst, byte(hi<<4))
+	}
+	return dst
+}
+
+func literalString(s, dst []byte) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '\\' || i+1 >= len(s) {
+			dst = append(dst, c)
 			continue
 		}
-		if c < '0' || '9' < c {
-			return false
-		}
-	}
-	return ndot == 1
-}
-
-func (l *lexer) readObject() any {
-	l.depth++
-	defer func() { l.depth-- }()
-	if l.depth > maxLexDepth {
-		l.fail()
-	}
-	tok := l.readToken()
-	if kw, ok := tok.(keyword); ok {
-		switch kw {
-		case "null":
-			return nil
-		case "<<":
-			return l.readDict()
-		case "[":
-			return l.readArray()
-		case ">>", "]":
-			return nil
-		}
-		l.fail()
-	}
-	if !l.allowObjptr {
-		return tok
-	}
-	if t1, ok := tok.(int64); ok && int64(uint32(t1)) == t1 {
-		tok2 := l.readToken()
-		if t2, ok := tok2.(int64); ok && int64(uint16(t2)) == t2 {
-			tok3 := l.readToken()
-			switch tok3 {
-			case keyword("R"):
-				return objref{uint32(t1), uint16(t2)}
-			case keyword("obj"):
-				obj := l.readObject()
-				if _, ok := obj.(streamObj); !ok {
-					if l.readToken() != keyword("endobj") {
-						l.fail()
-					}
-				}
-				return objdef{objref{uint32(t1), uint16(t2)}, obj}
+		i++
+		switch e := s[i]; e {
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case '\r':
+			if i+1 < len(s) && s[i+1] == '\n' {
+				i++
 			}
-			l.unreadToken(tok3)
+		case '\n':
+		case '0', '1', '2', '3', '4', '5', '6', '7':
+			v := int(e - '0')
+			for k := 0; k < 2 && i+1 < len(s) && s[i+1] >= '0' && s[i+1] <= '7'; k++ {
+				i++
+				v = v*8 + int(s[i]-'0')
+			}
+			dst = append(dst, byte(v))
+		default:
+			dst = append(dst, e)
 		}
-		l.unreadToken(tok2)
 	}
-	return tok
+	return dst
 }
 
-func (l *lexer) readArray() any {
-	var x array
-	for {
-		tok := l.readToken()
-		if tok == nil || tok == (eofToken{}) || tok == keyword("]") {
-			break
+// nameOf decodes a name token's #xx escapes.
+func (l *lexer) nameOf(t token) name { return nameOf(l.data[t.start:t.end]) }
+
+func nameOf(s []byte) name {
+	for _, c := range s {
+		if c == '#' {
+			return name(unescapeName(s))
 		}
-		l.unreadToken(tok)
-		x = append(x, l.readObject())
 	}
-	return x
+	return name(s)
 }
 
-func (l *lexer) readDict() any {
-	x := make(dict)
-	for {
-		tok := l.readToken()
-		if tok == nil || tok == keyword(">>") || tok == (eofToken{}) {
-			break
+func unescapeName(s []byte) []byte {
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '#' && i+2 < len(s) && unhex(s[i+1]) >= 0 && unhex(s[i+2]) >= 0 {
+			out = append(out, byte(unhex(s[i+1])<<4|unhex(s[i+2])))
+			i += 2
+			continue
 		}
-		n, ok := tok.(pdfName)
+		out = append(out, s[i])
+	}
+	return out
+}
+
+// maxDepth bounds the nesting of arrays and dictionaries: a deeper object
+// does not parse (its bytes are costed as text).
+const maxDepth = 32
+
+// heldValue is what one parsed value is charged to the memory budget.
+const heldValue = 32
+
+// value parses the value that starts with t; ok is false when it does not
+// parse. Every value is charged to the budget as held memory.
+func (l *lexer) value(t token, depth int) (any, bool) {
+	if !l.b.take(heldValue) {
+		return nil, false
+	}
+	switch t.kind {
+	case tInt:
+		// N G R is a reference.
+		save := l.pos
+		if g := l.next(); g.kind == tInt {
+			if r := l.next(); r.kind == tWord && l.word(r) == "R" {
+				return ref{t.num}, true
+			}
+		}
+		l.pos = save
+		return t.num, true
+	case tReal:
+		return t.real, true
+	case tName:
+		return l.nameOf(t), true
+	case tStr, tHex:
+		return pstring(l.str(t, nil)), true
+	case tArrL:
+		return l.array(depth)
+	case tDictL:
+		return l.dict(depth)
+	case tWord:
+		switch l.word(t) {
+		case "true":
+			return true, true
+		case "false":
+			return false, true
+		case "null":
+			return nil, true
+		}
+	}
+	return nil, false
+}
+
+func (l *lexer) word(t token) string { return string(l.data[t.start:t.end]) }
+
+func (l *lexer) array(depth int) (any, bool) {
+	if depth >= maxDepth {
+		return nil, false
+	}
+	var a array
+	for {
+		t := l.next()
+		if t.kind == tArrR {
+			return a, true
+		}
+		v, ok := l.value(t, depth+1)
 		if !ok {
-			l.fail()
+			return nil, false
 		}
-		x[n] = l.readObject()
+		a = append(a, v)
 	}
-	if !l.allowStream {
-		return x
-	}
-	tok := l.readToken()
-	if tok != keyword("stream") {
-		l.unreadToken(tok)
-		return x
-	}
-	switch l.readByte() {
-	case '\r':
-		if l.readByte() != '\n' {
-			l.unreadByte()
-		}
-	case '\n':
-	default:
-		l.fail()
-	}
-	return streamObj{x, int64(l.pos)}
 }
 
-func isSpace(b byte) bool {
-	switch b {
-	case '\x00', '\t', '\n', '\f', '\r', ' ':
-		return true
+func (l *lexer) dict(depth int) (any, bool) {
+	if depth >= maxDepth {
+		return nil, false
 	}
-	return false
-}
-
-func isDelim(b byte) bool {
-	switch b {
-	case '<', '>', '(', ')', '[', ']', '{', '}', '/', '%':
-		return true
+	d := dict{}
+	for {
+		t := l.next()
+		if t.kind == tDictR {
+			return d, true
+		}
+		if t.kind != tName {
+			return nil, false
+		}
+		k := l.nameOf(t)
+		v, ok := l.value(l.next(), depth+1)
+		if !ok {
+			return nil, false
+		}
+		d[k] = v
 	}
-	return false
 }

@@ -1,32 +1,31 @@
 package pdf
 
 import (
-	"bytes"
 	"errors"
-	"time"
+	"slices"
 )
 
 // Limits bound the work of Read. A zero or negative field takes its
-// default: DefaultMaxDecompressed, DefaultTimeout, DefaultMaxPages.
+// default.
 type Limits struct {
-	MaxDecompressed int64         // total bytes all stream decoders may produce; past it Read returns ErrBound
-	Timeout         time.Duration // wall time; past it Read returns ErrBound
-	MaxPages        int           // pages read for text; pages beyond still count in Result.Pages
+	MaxDecoded int64 // bytes all decoders may produce together (object streams included, each stream decoded once), plus what parsed values hold; past it, ErrBound
+	MaxSteps   int64 // objects visited, lexer tokens, content operators: one step each; past it, ErrBound
+	MaxPages   int   // pages whose text is read; every page still counts in Result.Pages
 }
 
 // The defaults of Limits.
 const (
-	DefaultMaxDecompressed = 32 << 20
-	DefaultTimeout         = 2 * time.Second
-	DefaultMaxPages        = 100
+	DefaultMaxDecoded = 16 << 20
+	DefaultMaxSteps   = 4 << 20
+	DefaultMaxPages   = 100
 )
 
 func (l Limits) withDefaults() Limits {
-	if l.MaxDecompressed <= 0 {
-		l.MaxDecompressed = DefaultMaxDecompressed
+	if l.MaxDecoded <= 0 {
+		l.MaxDecoded = DefaultMaxDecoded
 	}
-	if l.Timeout <= 0 {
-		l.Timeout = DefaultTimeout
+	if l.MaxSteps <= 0 {
+		l.MaxSteps = DefaultMaxSteps
 	}
 	if l.MaxPages <= 0 {
 		l.MaxPages = DefaultMaxPages
@@ -34,132 +33,147 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// Result is what Read found.
+// Result is what Read found besides the text.
 type Result struct {
-	Pages  int   // page count (at least 1 for any input Read was given: an unreadable file is one page)
-	Unread int64 // bytes that could not be read as text (a file or a stream the reader could not interpret; a stream it could not decode counts as its worst expansion, so this may exceed the file's size); the caller costs them by a size rule
+	Pages int // every /Type /Page object of the file; at least 1
 }
 
 // ErrBound reports that a bound of Limits was passed: the caller treats the
 // PDF as over any token cap.
-var ErrBound = errors.New("pdf: over the decompression or time bound")
+var ErrBound = errors.New("pdf: over the work bound")
 
-// Read hands the text of data's pages to sink in pieces, in page order. An
-// error from sink stops Read at once and is returned as is (errors.Is must
-// match it). Read never panics and never returns any other error than
-// sink's or ErrBound: a malformed or encrypted PDF is costed through Result
-// (Pages>=1; whatever could not be read as text, up to the whole file,
-// counts in Unread) and the text that could be read, never an error.
+// budget is the work Read may still do.
+type budget struct {
+	steps, bytes int64
+	over         bool
+}
+
+// step spends n steps; it reports false once the budget is spent.
+func (b *budget) step(n int) bool {
+	b.steps -= int64(n)
+	b.over = b.over || b.steps < 0
+	return !b.over
+}
+
+// take spends n bytes of decoder output or held memory.
+func (b *budget) take(n int) bool {
+	b.bytes -= int64(n)
+	b.over = b.over || b.bytes < 0
+	return !b.over
+}
+
+// span is a range [from, to) of a buffer.
+type span struct{ from, to int }
+
+// coverage records the parts of one buffer (the file, or a decoded object
+// stream) whose structure was checked. What it does not cover is handed
+// to the sink as text: that is the one place where bytes are accounted.
+type coverage struct {
+	buf   []byte
+	spans []span
+}
+
+func (c *coverage) cover(from, to int) {
+	if from < to {
+		c.spans = append(c.spans, span{from, to})
+	}
+}
+
+// gaps returns the parts of buf no span covers, in order, but for those
+// of white space alone (which a decoded buffer does not cover).
+func (c *coverage) gaps() [][]byte {
+	slices.SortFunc(c.spans, func(a, b span) int { return a.from - b.from })
+	var out [][]byte
+	at := 0
+	for _, s := range c.spans {
+		if s.to-s.from < 64 && blank(c.buf[s.from:s.to]) {
+			continue // white space between two gaps joins them
+		}
+		if s.from > at && !blank(c.buf[at:s.from]) {
+			out = append(out, c.buf[at:s.from])
+		}
+		at = max(at, s.to)
+	}
+	if at < len(c.buf) && !blank(c.buf[at:]) {
+		out = append(out, c.buf[at:])
+	}
+	return out
+}
+
+// Read hands the text of data to sink in pieces: the text its pages show
+// (the first lim.MaxPages pages), then, as they are, every byte of data
+// whose structure it did not check. An error from sink stops Read at once
+// and is returned as is. Read returns no other error than sink's or
+// ErrBound: a malformed, encrypted or foreign file is text.
 //
 // sink must not keep text after it returns: Read reuses the buffer.
 func Read(data []byte, lim Limits, sink func(text []byte) error) (Result, error) {
-	res, _, err := readPath(data, lim, sink)
-	return res, err
+	r := newReader(data, lim.withDefaults(), sink)
+	return r.result(r.run())
 }
 
-func readPath(data []byte, lim Limits, sink func(text []byte) error) (res Result, how path, err error) {
-	lim = lim.withDefaults()
-	b := newBudget(lim, time.Now())
-	out := &textOut{sink: sink, buf: make([]byte, 0, outChunk+64)}
-	defer func() {
-		if r := recover(); r != nil {
-			// A bug of this package: cost the whole file by size.
-			res, err = Result{Pages: max(res.Pages, 1), Unread: int64(len(data))}, nil
-			if out.err != nil {
-				err = out.err
-			} else if b.over {
-				err = ErrBound
-			}
-		}
-	}()
-	return finish(data, lim, b, out)
-}
-
-// finish runs read and maps its outcome to Read's contract. It does not
-// recover: the fuzz target calls it to see panics that Read would hide.
-func finish(data []byte, lim Limits, b *budget, out *textOut) (Result, path, error) {
-	res, how, err := read(data, lim, b, out)
+func (r *reader) result(pages int, err error) (Result, error) {
 	switch {
-	case out.err != nil:
-		return res, how, out.err
-	case err != nil || b.over:
-		// Every error but the sink's is a passed bound.
-		return res, how, ErrBound
+	case r.out.err != nil:
+		return Result{}, r.out.err
+	case r.b.over || err != nil:
+		return Result{}, ErrBound
 	}
-	res.Pages = max(res.Pages, 1)
-	// Sizes count once (the library's and the scan's may overlap); the
-	// estimates of undecodable streams come on top.
-	if res.Unread > int64(len(data))+b.reserved {
-		res.Unread = int64(len(data)) + b.reserved
-	}
-	return res, how, nil
+	return Result{Pages: max(pages, 1)}, nil
 }
 
-// path says how read costed a file (for the tests).
-type path int
+// errBound is how the package's code stops on a spent budget.
+var errBound = ErrBound
 
-const (
-	viaNothing path = iota // not a PDF
-	viaLibrary
-	viaScan
-)
-
-func read(data []byte, lim Limits, b *budget, out *textOut) (Result, path, error) {
-	s, err := scanFile(data, b)
+func (r *reader) run() (int, error) {
+	r.scan()
+	if r.b.over {
+		return 0, errBound
+	}
+	if len(r.objs) == 0 {
+		// Not a PDF: every byte is text.
+		if err := r.out.raw(r.data); err != nil {
+			return 0, err
+		}
+		return 1, r.out.flush()
+	}
+	r.unpackObjStms()
+	pages, err := r.readPages()
 	if err != nil {
-		return Result{}, viaScan, err
+		return 0, err
 	}
-	if !s.header && len(s.streams) == 0 {
-		return Result{Pages: 1, Unread: int64(len(data))}, viaNothing, nil
+	if err := r.sweep(); err != nil {
+		return 0, err
 	}
-	if v, patch, ok := libraryView(data); ok {
-		switch err := checkStructure(v, b); {
-		case err == nil:
-			l := newLibReader(b, lim, out)
-			ok, err := l.read(v, patch)
-			res := l.res
-			if err != nil || ok && !l.degraded {
-				return res, viaLibrary, err
+	return pages, r.emitGaps()
+}
+
+// emitGaps hands every unaccounted byte to the sink, separated from the
+// text before by a line break.
+func (r *reader) emitGaps() error {
+	if err := r.out.flush(); err != nil {
+		return err
+	}
+	bufs := append([]*coverage{&r.file}, r.decodedCov...)
+	for _, c := range bufs {
+		for _, g := range c.gaps() {
+			if !r.b.step(16 + len(g)/16) {
+				return errBound
 			}
-			if ok {
-				// The library stumbled after writing text: add what the
-				// scan finds, so that the cost never falls below it.
-				sres, err := s.fallback(b, out)
-				res.Unread += sres.Unread
-				res.Pages = max(res.Pages, sres.Pages)
-				return res, viaLibrary, err
+			r.out.separate('\n')
+			if err := r.out.raw(g); err != nil {
+				return err
 			}
-		case errors.Is(err, errOver):
-			return Result{}, viaLibrary, err
 		}
 	}
-	res, err := s.fallback(b, out)
-	return res, viaScan, err
+	return r.out.flush()
 }
 
-// libraryView returns the part of data the library should read (up to the
-// last %%EOF, so that trailing bytes do not hide it) and whether the header
-// must be shown as %PDF-1.7 (the library knows versions 1.0 to 1.7 only).
-func libraryView(data []byte) ([]byte, bool, bool) {
-	if len(data) < 10 || !bytes.HasPrefix(data, []byte("%PDF-")) ||
-		!isDigit(data[5]) || data[6] != '.' || !isDigit(data[7]) ||
-		data[8] != '\r' && data[8] != '\n' {
-		return nil, false, false
+func blank(p []byte) bool {
+	for _, c := range p {
+		if !isSpace(c) {
+			return false
+		}
 	}
-	patch := data[5] != '1' || data[7] > '7'
-	if _, err := libStartxref(data); err == nil {
-		return data, patch, true
-	}
-	tail := max(0, len(data)-1024)
-	k := bytes.LastIndex(data[tail:], []byte("%%EOF"))
-	if k < 0 {
-		return nil, false, false
-	}
-	end := tail + k + 5
-	for end < len(data) && end < tail+k+7 && (data[end] == '\r' || data[end] == '\n') {
-		end++
-	}
-	return data[:end], patch, true
+	return true
 }
-
-func isDigit(c byte) bool { return '0' <= c && c <= '9' }

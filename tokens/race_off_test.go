@@ -1,0 +1,5 @@
+//go:build !race
+
+package tokens_test
+
+const raceOn = false
