@@ -182,9 +182,9 @@ func bodyKindOf(mediaType string, body io.Reader) bodyKind {
 
 // countText counts a whole body as one text.
 func countText(r io.Reader, m *meter) error {
-	var buf [8192]byte
+	buf := m.scratch()
 	for {
-		n, err := r.Read(buf[:])
+		n, err := r.Read(buf)
 		if n > 0 {
 			if err := m.text(buf[:n]); err != nil {
 				return err
