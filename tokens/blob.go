@@ -568,7 +568,7 @@ func textRuns(b []byte, sink func([]byte) error) error {
 func (m *meter) costPDF(data []byte, p pricing) error {
 	res, err := pdf.Read(data, pdfLimits(len(data)), m.text)
 	if errors.Is(err, pdf.ErrBound) {
-		return m.add(unreadableTokens(48 << 20))
+		return m.work.exhaust(LimitedPDF)
 	}
 	if err != nil {
 		return err
@@ -586,7 +586,7 @@ func (m *meter) costPDF(data []byte, p pricing) error {
 func (m *meter) costAudio(data []byte) error {
 	res, err := audio.Measure(data, audio.Limits{MaxSteps: int64(len(data))}, m.text)
 	if errors.Is(err, audio.ErrBound) {
-		return m.add(unreadableTokens(maxBlob))
+		return m.work.exhaust(LimitedAudio)
 	}
 	if err != nil {
 		return err
@@ -599,7 +599,7 @@ func (m *meter) costAudio(data []byte) error {
 	}
 	// Samples are any bytes: they cost the higher of their sound and of
 	// the text they hold (runs of text, as inside an image).
-	pcm := &meter{c: m.c, limit: m.budget()}
+	pcm := &meter{c: m.c, limit: m.budget(), work: m.work}
 	if err := textRuns(res.PCM, pcm.valueBytes); err != nil && !errors.Is(err, errStop) {
 		return err
 	}

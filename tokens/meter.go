@@ -15,6 +15,7 @@ type meter struct {
 	pending []byte
 	batch   int // members of a top-level array of requests
 	buf     []byte
+	work    *work // the request's costing budget
 }
 
 // scratch is a read buffer the meter's readers share: a body of many small
