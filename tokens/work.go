@@ -22,7 +22,8 @@ const (
 // Costs, in steps, of the readers' units of work, measured with
 // BenchmarkHostile (README: "What a request costs to cost").
 const (
-	workPart = 10 // a multipart part: its header parsed, its disposition read
+	workPart        = 10  // a multipart part: its header parsed, its disposition read
+	pdfStepsPerStep = 100 // tokens/pdf's steps (a lexer token, an operator) in one
 )
 
 // Reasons a costing was cut short, as ratelimit_proxy_cost_limited_total
