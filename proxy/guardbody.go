@@ -67,6 +67,11 @@ func (p *Proxy) readBody(x *exchange, r *http.Request, in *keyInput, now time.Ti
 		if err != nil {
 			return p.unreadable(x, r, err)
 		}
+		if est.Limited != "" {
+			// Over the cap by construction (Tokens past count): the
+			// guards ahead answer the 413.
+			p.metrics.costLimitedBy[est.Limited].Inc()
+		}
 		x.est = est
 		in.model, in.values = est.Model, est.Values
 	case needBody:

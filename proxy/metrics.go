@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
 )
 
 // Decisions: the values of the decision label of SPEC §6.
@@ -35,9 +37,14 @@ type metrics struct {
 	upstream    *prometheus.HistogramVec
 	storeErrors prometheus.Counter
 	inputTokens prometheus.Histogram
-	unprotected *routeMetrics
-	mu          sync.Mutex
-	routes      map[string]*routeMetrics // by PROTECTED_PATHS entry, made when a policy names it
+	// costLimited counts, by reason, the requests whose costing reached
+	// the work bound (refused as over the cap); a child per reason exists
+	// from the start.
+	costLimited   *prometheus.CounterVec
+	costLimitedBy map[string]prometheus.Counter
+	unprotected   *routeMetrics
+	mu            sync.Mutex
+	routes        map[string]*routeMetrics // by PROTECTED_PATHS entry, made when a policy names it
 }
 
 type routeMetrics struct {
@@ -71,9 +78,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Estimated input tokens of protected requests (the count reached, for those stopped past the cap).",
 			Buckets: []float64{50, 100, 250, 500, 1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000},
 		}),
-		routes: map[string]*routeMetrics{},
+		costLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_proxy_cost_limited_total",
+			Help: "Requests refused as over the cap because costing their body reached the work bound, by the reader that reached it.",
+		}, []string{"reason"}),
+		costLimitedBy: map[string]prometheus.Counter{},
+		routes:        map[string]*routeMetrics{},
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.guard, m.upstream, m.storeErrors, m.inputTokens} {
+	for _, reason := range tokens.LimitReasons {
+		m.costLimitedBy[reason] = m.costLimited.WithLabelValues(reason)
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.guard, m.upstream, m.storeErrors, m.inputTokens, m.costLimited} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

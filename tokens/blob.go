@@ -453,29 +453,41 @@ func hasURLScheme(s []byte) bool {
 // any other character, as Python's b64decode and Node's Buffer do by
 // default; otherwise such a character means the string is not base64.
 func decodeBase64(s []byte, lenient bool) ([]byte, bool) {
-	clean := make([]byte, 0, len(s))
+	// Cleaned a chunk at a time: the only allocation is the output.
+	out := make([]byte, 0, base64.RawStdEncoding.DecodedLen(len(s)))
+	var chunk [4096]byte
+	n := 0
+	decode := func() bool {
+		m, err := base64.RawStdEncoding.Decode(out[len(out):cap(out)], chunk[:n])
+		out, n = out[:len(out)+m], 0
+		return err == nil
+	}
 	for _, c := range s {
 		switch {
 		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '+', c == '/':
-			clean = append(clean, c)
 		case c == '-':
-			clean = append(clean, '+')
+			c = '+'
 		case c == '_':
-			clean = append(clean, '/')
+			c = '/'
 		case c == '=', c == ' ', c == '\t', c == '\r', c == '\n':
+			continue
 		case !lenient:
+			return nil, false
+		default:
+			continue
+		}
+		chunk[n] = c
+		if n++; n == len(chunk) && !decode() {
 			return nil, false
 		}
 	}
-	if len(clean)%4 == 1 { // a lone trailing character holds no byte
-		clean = clean[:len(clean)-1]
+	if n%4 == 1 { // a lone trailing character holds no byte
+		n--
 	}
-	out := make([]byte, base64.RawStdEncoding.DecodedLen(len(clean)))
-	n, err := base64.RawStdEncoding.Decode(out, clean)
-	if err != nil {
+	if !decode() {
 		return nil, false
 	}
-	return out[:n], true
+	return out, true
 }
 
 // pdfLimits bound the reading of a PDF of n bytes: work in proportion to
@@ -542,10 +554,19 @@ const minTextRun = 32
 func textRuns(b []byte, sink func([]byte) error) error {
 	start := 0
 	for i := 0; i < len(b); {
-		r, size := utf8.DecodeRune(b[i:])
-		if r >= 0x20 && r != 0x7f && r != utf8.RuneError || r == '\t' || r == '\n' || r == '\r' {
-			i += size
+		c := b[i]
+		if textByte[c] { // printable ASCII, tab, newline, carriage return
+			i++
 			continue
+		}
+		size := 1
+		if c >= 0xC2 && c <= 0xF4 { // a lead byte: the only ones worth decoding
+			var r rune
+			r, size = utf8.DecodeRune(b[i:])
+			if r != utf8.RuneError && r >= 0xA0 {
+				i += size
+				continue
+			}
 		}
 		if i-start >= minTextRun {
 			if err := sink(b[start:i]); err != nil {
@@ -561,14 +582,30 @@ func textRuns(b []byte, sink func([]byte) error) error {
 	return nil
 }
 
+// textByte marks the ASCII bytes that are text.
+var textByte = func() (t [256]bool) {
+	for c := 0x20; c < 0x7f; c++ {
+		t[c] = true
+	}
+	t['\t'], t['\n'], t['\r'] = true, true, true
+	return t
+}()
+
 // costPDF adds a PDF's text (what its pages show, and every byte the
 // reader could not account for, as it is) and its pages. A PDF past the
 // reading bounds costs what 48 MiB cost by the size rule: more than any
 // sane cap.
 func (m *meter) costPDF(data []byte, p pricing) error {
-	res, err := pdf.Read(data, pdfLimits(len(data)), m.text)
+	lim := pdfLimits(len(data))
+	// The file's own bound, and no more than the request has left (a PDF
+	// step is about a hundredth of a budget step).
+	lim.MaxSteps = min(lim.MaxSteps, m.work.steps()*pdfStepsPerStep)
+	res, err := pdf.Read(data, lim, m.text)
+	if err == nil {
+		err = m.work.draw(res.Steps/pdfStepsPerStep, LimitedPDF)
+	}
 	if errors.Is(err, pdf.ErrBound) {
-		return m.add(unreadableTokens(48 << 20))
+		return m.work.exhaust(LimitedPDF)
 	}
 	if err != nil {
 		return err
@@ -586,7 +623,7 @@ func (m *meter) costPDF(data []byte, p pricing) error {
 func (m *meter) costAudio(data []byte) error {
 	res, err := audio.Measure(data, audio.Limits{MaxSteps: int64(len(data))}, m.text)
 	if errors.Is(err, audio.ErrBound) {
-		return m.add(unreadableTokens(maxBlob))
+		return m.work.exhaust(LimitedAudio)
 	}
 	if err != nil {
 		return err
@@ -599,7 +636,7 @@ func (m *meter) costAudio(data []byte) error {
 	}
 	// Samples are any bytes: they cost the higher of their sound and of
 	// the text they hold (runs of text, as inside an image).
-	pcm := &meter{c: m.c, limit: m.budget()}
+	pcm := &meter{c: m.c, limit: m.budget(), work: m.work}
 	if err := textRuns(res.PCM, pcm.valueBytes); err != nil && !errors.Is(err, errStop) {
 		return err
 	}

@@ -63,6 +63,9 @@ func (t *Tokenizer) ReadFields(req Request) (model string, v Values, err error) 
 	}
 	p.full = true
 	if err := p.first(); err != nil {
+		if errors.Is(err, errWork) {
+			err = &InvalidError{msg: "the body holds more parts than can be read within the work bound"}
+		}
 		return "", Values{}, invalid(err)
 	}
 	return p.model, p.values, nil
@@ -73,6 +76,7 @@ var errNotUTF8JSON = &InvalidError{msg: "a JSON body must be UTF-8 without a byt
 // pass is one request's reading: how its body is read, and what the first
 // pass found.
 type pass struct {
+	work      *work // the request's costing budget, shared by both passes
 	req       Request
 	mediaType string
 	params    map[string]string
@@ -85,7 +89,7 @@ type pass struct {
 }
 
 func newPass(req Request) pass {
-	p := pass{req: req, mediaType: "application/json"}
+	p := pass{req: req, mediaType: "application/json", work: newWork(req.Size)}
 	if req.ContentType != p.mediaType { // the common case needs no parsing
 		p.mediaType, p.params, _ = mime.ParseMediaType(req.ContentType)
 	}
@@ -131,9 +135,9 @@ func (p *pass) first() error {
 		}
 	case bodyMultipart:
 		if p.full || len(f.Form) > 0 {
-			p.model, err = multipartFields(p.open(), p.params["boundary"], f.Form, p.values.Form)
+			p.model, err = multipartFields(p.open(), p.params["boundary"], f.Form, p.values.Form, p.work)
 		} else if needModel {
-			p.model, err = multipartModel(p.open(), p.params["boundary"])
+			p.model, err = multipartModel(p.open(), p.params["boundary"], p.work)
 		}
 	case bodyForm:
 		if needModel || len(f.Form) > 0 {

@@ -41,7 +41,7 @@ func isName(names []string, name string) bool {
 // names a file in it: a part that other parsers read as a file but Go's as
 // a value (filename="") is a copy of the field, so that an upstream of
 // either kind cannot read a value the key did not.
-func multipartFields(r io.Reader, boundary string, names []string, vals []Value) (string, error) {
+func multipartFields(r io.Reader, boundary string, names []string, vals []Value, wk *work) (string, error) {
 	mr, err := newMultipart(r, boundary)
 	if err != nil {
 		return "", err
@@ -49,7 +49,7 @@ func multipartFields(r io.Reader, boundary string, names []string, vals []Value)
 	var model string
 	sawModel := false
 	for {
-		p, err := nextPart(mr)
+		p, err := nextPart(mr, wk)
 		if err == io.EOF {
 			return model, nil
 		}

@@ -14,6 +14,17 @@ type meter struct {
 	total   int
 	pending []byte
 	batch   int // members of a top-level array of requests
+	buf     []byte
+	work    *work // the request's costing budget
+}
+
+// scratch is a read buffer the meter's readers share: a body of many small
+// parts must not cost an allocation a part.
+func (m *meter) scratch() []byte {
+	if m.buf == nil {
+		m.buf = make([]byte, 8192)
+	}
+	return m.buf
 }
 
 func (m *meter) over() bool { return m.limit >= 0 && m.total > m.limit }

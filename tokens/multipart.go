@@ -44,7 +44,11 @@ func newMultipart(r io.Reader, boundary string) (*multipart.Reader, error) {
 
 // nextPart is NextPart with the end of the body told apart from a body cut
 // short (which NextPart reports as a wrapped io.EOF).
-func nextPart(mr *multipart.Reader) (*multipart.Part, error) {
+// Each part draws on the request's work budget.
+func nextPart(mr *multipart.Reader, wk *work) (*multipart.Part, error) {
+	if err := wk.draw(workPart, LimitedMultipart); err != nil {
+		return nil, err
+	}
 	p, err := mr.NextPart()
 	if err == io.EOF {
 		return nil, io.EOF
@@ -57,13 +61,13 @@ func nextPart(mr *multipart.Reader) (*multipart.Part, error) {
 }
 
 // multipartModel returns the value of a "model" field, "" if none.
-func multipartModel(r io.Reader, boundary string) (string, error) {
+func multipartModel(r io.Reader, boundary string, wk *work) (string, error) {
 	mr, err := newMultipart(r, boundary)
 	if err != nil {
 		return "", err
 	}
 	for {
-		p, err := nextPart(mr)
+		p, err := nextPart(mr, wk)
 		if err == io.EOF {
 			return "", nil
 		}
@@ -91,7 +95,7 @@ func countMultipart(r io.Reader, boundary string, p pricing, m *meter) error {
 	}
 	sawModel := false
 	for {
-		part, err := nextPart(mr)
+		part, err := nextPart(mr, m.work)
 		if err == io.EOF {
 			return nil
 		}
@@ -111,7 +115,7 @@ func countMultipart(r io.Reader, boundary string, p pricing, m *meter) error {
 			err = countText(part, m)
 		}
 		if err != nil {
-			if errors.Is(err, errStop) {
+			if errors.Is(err, errStop) || errors.Is(err, errWork) {
 				return err
 			}
 			var inv *InvalidError

@@ -69,6 +69,11 @@ type Estimate struct {
 	// Batch is the number of requests of a JSON body that is a top-level
 	// array of them (counted as far as counting went); 0 otherwise.
 	Batch int
+	// Limited names the reader whose work reached the request's bound
+	// (LimitReasons); "" when costing finished within it. A limited
+	// estimate is Stopped, and its Tokens are over the limit: what could
+	// not be costed is over the cap.
+	Limited string
 }
 
 // ErrInvalid is wrapped by every error about a body that cannot be parsed
@@ -87,7 +92,9 @@ func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
 		return Estimate{}, invalid(errNotUTF8JSON)
 	}
 	if req.Model == "" || !req.Fields.none() {
-		if err := p.first(); err != nil {
+		if err := p.first(); errors.Is(err, errWork) {
+			return p.limited(Estimate{Model: p.model}, limit), nil
+		} else if err != nil {
 			return Estimate{}, invalid(err)
 		}
 	} else {
@@ -98,7 +105,7 @@ func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
 	if err := load(c); err != nil {
 		return Estimate{}, err
 	}
-	m := &meter{c: c, limit: limit}
+	m := &meter{c: c, limit: limit, work: p.work}
 	var err error
 	switch kind {
 	case bodyJSON:
@@ -117,7 +124,7 @@ func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
 	if kind == bodyJSON && errors.As(err, &inv) && !inv.final && !isJSONType(mediaType) {
 		// It only looked like JSON, and its type never said it was: the
 		// model reads it as text, and it has no JSON members.
-		m = &meter{c: c, limit: limit}
+		m = &meter{c: c, limit: limit, work: p.work}
 		err = countText(p.open(), m)
 		clear(p.values.JSON)
 	}
@@ -125,17 +132,31 @@ func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
 		// JSON sent as a form (curl -d) is also a form to a form parser:
 		// {"x":"&message=…&"} holds a message field. The larger reading
 		// counts.
-		fm := &meter{c: c, limit: limit}
+		fm := &meter{c: c, limit: limit, work: p.work}
 		ferr := countForm(p.open(), req.Size, fm)
 		if fm.total > m.total {
 			m, err = fm, ferr
 		}
 	}
 	est := Estimate{Tokens: m.total, Model: model, Encoding: c.Name(), Stopped: errors.Is(err, errStop), Values: p.values, Batch: m.batch}
+	if p.work.reason != "" {
+		// The budget ran out, whichever error it unwound through.
+		return p.limited(est, limit), nil
+	}
 	if err != nil && !est.Stopped {
 		return est, invalid(err)
 	}
 	return est, nil
+}
+
+// limited marks est as cut short by the work bound: stopped, and over
+// limit when there is one.
+func (p *pass) limited(est Estimate, limit int) Estimate {
+	est.Limited, est.Stopped = p.work.reason, true
+	if limit >= 0 {
+		est.Tokens = max(est.Tokens, limit+1)
+	}
+	return est
 }
 
 func invalid(err error) error {
@@ -182,9 +203,9 @@ func bodyKindOf(mediaType string, body io.Reader) bodyKind {
 
 // countText counts a whole body as one text.
 func countText(r io.Reader, m *meter) error {
-	var buf [8192]byte
+	buf := m.scratch()
 	for {
-		n, err := r.Read(buf[:])
+		n, err := r.Read(buf)
 		if n > 0 {
 			if err := m.text(buf[:n]); err != nil {
 				return err

@@ -58,7 +58,7 @@ func (w *walker) tools(legacy bool) error {
 // sub counts with a meter of its own, limited to what w's meter has left,
 // and returns its total (past that budget when it stopped early).
 func (w *walker) sub(count func(m *meter) error) (int, error) {
-	m := &meter{c: w.m.c, limit: w.m.budget()}
+	m := &meter{c: w.m.c, limit: w.m.budget(), work: w.m.work}
 	err := count(m)
 	if errors.Is(err, errStop) {
 		err = nil

@@ -35,7 +35,8 @@ func (l Limits) withDefaults() Limits {
 
 // Result is what Read found besides the text.
 type Result struct {
-	Pages int // every /Type /Page object of the file; at least 1
+	Pages int   // every /Type /Page object of the file; at least 1
+	Steps int64 // the steps of Limits.MaxSteps spent
 }
 
 // ErrBound reports that a bound of Limits was passed: the caller treats the
@@ -108,7 +109,9 @@ func (c *coverage) gaps() [][]byte {
 //
 // sink must not keep text after it returns: Read reuses the buffer.
 func Read(data []byte, lim Limits, sink func(text []byte) error) (Result, error) {
-	r := newReader(data, lim.withDefaults(), sink)
+	lim = lim.withDefaults()
+	r := newReader(data, lim, sink)
+	r.lim = lim
 	return r.result(r.run())
 }
 
@@ -119,7 +122,7 @@ func (r *reader) result(pages int, err error) (Result, error) {
 	case r.b.over || err != nil:
 		return Result{}, ErrBound
 	}
-	return Result{Pages: max(pages, 1)}, nil
+	return Result{Pages: max(pages, 1), Steps: r.lim.MaxSteps - r.b.steps}, nil
 }
 
 // errBound is how the package's code stops on a spent budget.

@@ -39,6 +39,7 @@ const (
 )
 
 type reader struct {
+	lim        Limits
 	data       []byte
 	b          *budget
 	maxPages   int
