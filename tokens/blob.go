@@ -430,7 +430,14 @@ func (w *walker) costBlob(b *blob, mediaType, filename, detail, format string) e
 	case format != "" && kind == "binary":
 		kind = "audio"
 	}
-	return w.m.costFile(kind, data, fileInfo{mediaType: mediaType, format: format, detail: detail}, w.pricing())
+	fi := fileInfo{mediaType: mediaType, format: format, detail: detail, filename: filename}
+	switch {
+	case b.hint == blobImage:
+		fi.slot = "image"
+	case b.hint == blobAudio || format != "":
+		fi.slot = "audio"
+	}
+	return w.m.costFile(kind, data, fi, w.pricing())
 }
 
 // hasURLScheme reports whether s starts like an absolute URL (http:,
@@ -501,23 +508,67 @@ func pdfLimits(n int) pdf.Limits {
 	}
 }
 
-// fileInfo is what the members around a file say of it.
-type fileInfo struct{ mediaType, format, detail string }
+// fileInfo is what the members around a file say of it: its declared
+// media type and file name, an audio format, an image's detail, and the
+// kind of file its slot holds ("image" for an image_url, "audio" for an
+// input_audio; "" for a slot of any file).
+type fileInfo struct{ mediaType, format, detail, filename, slot string }
 
-// costFile adds what a whole file costs: kind is "text", "image", "pdf",
-// "audio" or "binary" (see fileKind).
-func (m *meter) costFile(kind string, data []byte, fi fileInfo, p pricing) error {
-	switch kind {
-	case "text":
-		return m.valueBytes(data)
-	case "image":
-		return m.costImage(data, fi.detail, p)
-	case "pdf":
-		return m.costPDF(data, p)
-	case "audio":
-		return m.costAudio(data)
+// names reports whether everything said of the file names kind: its slot,
+// or its declared type with a file name that does not say otherwise. Such
+// a file is read as kind upstream, and only as kind.
+func (fi fileInfo) names(kind string) bool {
+	if fi.slot != "" {
+		return fi.slot == kind
 	}
-	return m.add(unreadableTokens(int64(len(data))))
+	byName := declaredKind(mime.TypeByExtension(strings.ToLower(path.Ext(fi.filename))))
+	return declaredKind(fi.mediaType) == kind && (fi.filename == "" || byName == kind)
+}
+
+// declaredKind is the kind of file a media type names ("" for any other).
+func declaredKind(mediaType string) string {
+	mediaType, _, _ = strings.Cut(strings.ToLower(mediaType), ";")
+	switch {
+	case strings.HasPrefix(mediaType, "image/"):
+		return "image"
+	case strings.HasPrefix(mediaType, "audio/"), strings.HasPrefix(mediaType, "video/"):
+		return "audio"
+	case mediaType == "application/pdf":
+		return "pdf"
+	}
+	return ""
+}
+
+// costFile is the one place that decides what a file costs; kind is
+// "text", "image", "pdf", "audio" or "binary" (see fileKind).
+//
+// A reader that recognises the format gives one reading: what the
+// structure it checked costs (an image's size, a PDF's pages and page
+// text, audio's duration) plus, as text, every byte it did not check. A
+// file nobody reads (binary) costs the size rule. Unless everything said
+// of the file names its format, an upstream may as well read it as text:
+// then the runs of text in its bytes are a second reading, and the higher
+// of the two counts. So a reader can only add: a file it cannot read, or
+// bytes it cannot account for, are text.
+func (m *meter) costFile(kind string, data []byte, fi fileInfo, p pricing) error {
+	if kind == "text" {
+		return m.valueBytes(data)
+	}
+	read := func(m *meter) error {
+		switch kind {
+		case "image":
+			return m.costImage(data, fi.detail, p)
+		case "pdf":
+			return m.costPDF(data, p)
+		case "audio":
+			return m.costAudio(data)
+		}
+		return m.add(unreadableTokens(int64(len(data))))
+	}
+	if fi.names(kind) {
+		return read(m)
+	}
+	return m.higher(read, func(m *meter) error { return textRuns(data, m.valueBytes) })
 }
 
 // costImage adds what an image file costs: its price by its size for the

@@ -80,6 +80,20 @@ func (m *meter) endText() error {
 	return nil
 }
 
+// higher adds the higher of two readings of the same bytes, each counted
+// on a meter of its own within what m has left.
+func (m *meter) higher(a, b func(*meter) error) error {
+	most := 0
+	for _, read := range []func(*meter) error{a, b} {
+		sub := &meter{c: m.c, limit: m.budget(), work: m.work, buf: m.buf}
+		if err := read(sub); err != nil && !errors.Is(err, errStop) {
+			return err
+		}
+		most = max(most, sub.total)
+	}
+	return m.add(most)
+}
+
 // value counts a whole text value.
 func (m *meter) value(s string) error { return m.valueBytes(bytesOf(s)) }
 

@@ -140,53 +140,29 @@ func countFile(part *multipart.Part, p pricing, m *meter) error {
 		return err
 	}
 	mediaType, _, _ := mime.ParseMediaType(part.Header.Get("Content-Type"))
-	fi := fileInfo{mediaType: mediaType}
-	switch kind := fileKind(mediaType, head[:n]); kind {
-	case "text":
+	kind := fileKind(mediaType, head[:n])
+	if kind == "text" {
 		if err := m.text(head[:n]); err != nil {
 			return err
 		}
 		return countText(part, m)
-	case "image", "pdf":
-		// Held whole (the file cap bounds it): every byte is walked.
-		data := append([]byte(nil), head[:n]...)
-		rest, err := io.ReadAll(io.LimitReader(part, maxBlob))
-		if err != nil {
-			return err
-		}
-		return m.costFile(kind, append(data, rest...), fi, p)
-	case "audio":
-		// Audio is read whole, as a PDF is (the file cap bounds it); bytes
-		// past maxBlob cost the size rule.
-		data := append([]byte(nil), head[:n]...)
-		rest, err := io.ReadAll(io.LimitReader(part, maxBlob))
-		if err != nil {
-			return err
-		}
-		over, err := io.Copy(io.Discard, part)
-		if err != nil {
-			return err
-		}
-		if err := m.add(unreadableTokens(over)); err != nil {
-			return err
-		}
-		return m.costFile(kind, append(data, rest...), fi, p)
 	}
-	total := int64(n)
-	var buf [32 << 10]byte
-	for {
-		k, err := part.Read(buf[:])
-		total += int64(k)
-		if errors.Is(err, io.EOF) {
-			return m.add(unreadableTokens(total))
-		}
-		if err != nil {
-			return err
-		}
-		if m.limit >= 0 && m.total+unreadableTokens(total) > m.limit {
-			return m.add(unreadableTokens(total)) // past the cap already: stop reading
-		}
+	// Any other file is held whole (the file cap bounds it) and costed by
+	// costFile; bytes past maxBlob cost the size rule.
+	data := append([]byte(nil), head[:n]...)
+	rest, err := io.ReadAll(io.LimitReader(part, maxBlob))
+	if err != nil {
+		return err
 	}
+	over, err := io.Copy(io.Discard, part)
+	if err != nil {
+		return err
+	}
+	if err := m.add(unreadableTokens(over)); err != nil {
+		return err
+	}
+	fi := fileInfo{mediaType: mediaType, filename: part.FileName()}
+	return m.costFile(kind, append(data, rest...), fi, p)
 }
 
 // fileKind classifies a file: "text", "image", "pdf", "audio" or

@@ -1,0 +1,53 @@
+package tokens_test
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
+)
+
+// A file is costed at the higher of its readings: unless everything said
+// of it names its format, its runs of text are a reading too.
+func TestFileReadingsHigherCounts(t *testing.T) {
+	prose := strings.Repeat("The committee approved the budget after a long debate about priorities. ", 1000)
+	proseTokens := n(t, "gpt-4o", prose)
+
+	// A PDF whose one page says "hi" and whose Info dictionary holds the
+	// prose: a PDF to a PDF reader, prose to a text reader.
+	pdf := fmt.Sprintf("%%PDF-1.7\n1 0 obj\n<< /Type /Catalog /Pages 2 0 R >>\nendobj\n2 0 obj\n<< /Type /Pages /Kids [3 0 R] /Count 1 >>\nendobj\n"+
+		"3 0 obj\n<< /Type /Page /Parent 2 0 R /Contents 4 0 R >>\nendobj\n4 0 obj\n<< /Length 17 >>\nstream\nBT (hi) Tj ET    \nendstream\nendobj\n"+
+		"5 0 obj\n<< /Title (%s) >>\nendobj\ntrailer\n<< /Root 1 0 R /Info 5 0 R >>\n%%%%EOF\n", prose)
+	asPDF, ct := multipartFile(t, "report.pdf", "application/pdf", []byte(pdf))
+	asText, ct2 := multipartFile(t, "notes.txt", "text/plain", []byte(pdf))
+	pdfCost := estimateCT(t, tokens.FormatSeedChat, ct, asPDF)
+	textCost := estimateCT(t, tokens.FormatSeedChat, ct2, asText)
+	if textCost < proseTokens {
+		t.Errorf("a PDF sent as notes.txt: %d tokens, its prose alone %d", textCost, proseTokens)
+	}
+	if pdfCost >= proseTokens/2 {
+		// The Info dictionary is checked structure: a PDF reader shows
+		// the page, not the metadata.
+		t.Errorf("a PDF sent as a PDF: %d tokens, more than its page", pdfCost)
+	}
+
+	// Prose with a NUL every 200 bytes is no text file and no known
+	// format: it costs its runs of text, not the size rule's third.
+	var b strings.Builder
+	for i := 0; i < len(prose); i += 200 {
+		b.WriteString(prose[i:min(i+200, len(prose))])
+		b.WriteByte(0)
+	}
+	blob, ct3 := multipartFile(t, "data.bin", "application/octet-stream", []byte(b.String()))
+	if got := estimateCT(t, tokens.FormatSeedChat, ct3, blob); got < proseTokens*9/10 {
+		t.Errorf("prose with NULs uploaded: %d tokens, the prose %d", got, proseTokens)
+	}
+	// The same in a chat file part.
+	body := `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"file","file":{"filename":"data.bin","file_data":"data:application/octet-stream;base64,` +
+		base64.StdEncoding.EncodeToString([]byte(b.String())) + `"}}]}]}`
+	if got := estimate(t, tokens.FormatChat, "application/json", body, -1).Tokens; got < proseTokens*9/10 {
+		t.Errorf("prose with NULs in a file part: %d tokens, the prose %d", got, proseTokens)
+	}
+}
