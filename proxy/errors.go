@@ -178,7 +178,7 @@ func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, e *apiError) 
 	if x != nil && x.apiPath != "" {
 		path = x.apiPath
 	}
-	if x != nil && x.body == nil && x.forwardedAt.IsZero() && r.ContentLength != 0 {
+	if x != nil && x.body == nil && !x.bodyRead && x.forwardedAt.IsZero() && r.ContentLength != 0 {
 		discardUnread(x, r)
 	}
 	pol := p.policy.Load()

@@ -190,7 +190,11 @@ func (p *Proxy) decide(x *exchange, r *http.Request, in *keyInput, now time.Time
 		x.sizeOut()
 		allowed, err := p.store.Decide(r.Context(), x.hits, now, x.out)
 		if err != nil {
+			if held && r.Context().Err() != nil {
+				return p.gone(x) // the client left during the decision
+			}
 			if held {
+				x.endHeldRead(false)
 				p.unhold(x, "admitted")
 			}
 			return p.storeFailed(x, r, in, err)
@@ -200,6 +204,7 @@ func (p *Proxy) decide(x *exchange, r *http.Request, in *keyInput, now time.Time
 			x.decision = decAllowed // a failed peek before may have said store_error
 			x.limited, x.show = p.fewestRemaining(x)
 			if held {
+				x.endHeldRead(false)
 				p.unhold(x, "admitted")
 			}
 			p.admitted(x, r, in)
@@ -208,6 +213,7 @@ func (p *Proxy) decide(x *exchange, r *http.Request, in *keyInput, now time.Time
 		if !p.holdable(x, now.Sub(arrived)) {
 			p.observeRules(x, in, r)
 			if held {
+				x.endHeldRead(true)
 				p.unhold(x, "rate_limited")
 			}
 			p.refuse(x, r, in)
@@ -220,14 +226,21 @@ func (p *Proxy) decide(x *exchange, r *http.Request, in *keyInput, now time.Time
 				return false
 			}
 			held = true
+			p.readWhileHeld(x, r, now)
 		}
 		if !p.wait(r, longestWait(x)) {
-			p.unhold(x, "client_closed")
-			x.decision = decClientClosed
-			return false
+			return p.gone(x)
 		}
 		now = p.now()
 	}
+}
+
+// gone ends the hold of a request whose client left: nothing is recorded.
+func (p *Proxy) gone(x *exchange) bool {
+	x.endHeldRead(true)
+	p.unhold(x, "client_closed")
+	x.decision = decClientClosed
+	return false
 }
 
 // holdable reports whether the refused batch may be held and decided
@@ -286,13 +299,14 @@ func (p *Proxy) unhold(x *exchange, outcome string) {
 	}
 }
 
-// wait sleeps d, or less when the client leaves (false).
+// wait sleeps d, or less when the client leaves (false). A client gone
+// as the wait ends is gone too: the decision after it would record it.
 func (p *Proxy) wait(r *http.Request, d time.Duration) bool {
 	t := time.NewTimer(max(d, time.Millisecond))
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
+		return r.Context().Err() == nil
 	case <-r.Context().Done():
 		return false
 	}
