@@ -48,7 +48,17 @@ func TestDelayRule(t *testing.T) {
 		t.Fatalf("delayed admitted %v", got)
 	}
 
-	none := newFixture(t, rules(t, delayRule, "MAX_DELAYED", "0"), realClock)
+	// A minute's window (and the fixture's clock): the second request is
+	// over the limit however slowly the first was served.
+	none := newFixture(t, rules(t, `
+[[rule]]
+name      = "smooth"
+paths     = ["/api/chat"]
+limit     = 1
+window    = "1m"
+action    = "delay"
+max_delay = "2m"
+`, "MAX_DELAYED", "0"))
 	none.send("/api/chat", "203.0.113.7:1", "", `{}`)
 	if w := none.send("/api/chat", "203.0.113.7:1", "", `{}`); w.Code != 429 || body429(t, w).DeniedBy != "smooth" {
 		t.Fatalf("MAX_DELAYED=0: %d %s", w.Code, w.Body)
