@@ -67,7 +67,7 @@ type refusal struct {
 	// concern (it admitted), kept as long as the refusal, so that a 429
 	// answered from memory shows that rule as the store last did.
 	refused bool
-	next    time.Time // a snapshot's NextAfter, as a time
+	next    time.Time // the decision's NextAfter, as a time
 }
 
 // sameCounting reports whether m was made under h's counting and limits.
@@ -199,18 +199,24 @@ func (r *Remember) evaluate(ctx context.Context, hits []Hit, now time.Time, out 
 		}
 		m := refusal{cost: h.Cost, limit: limit, burst: burst, window: h.Rule.Window, algorithm: h.Rule.Algorithm,
 			remaining: d.Remaining, reset: now.Add(d.ResetAfter), refused: !d.Allowed}
+		m.next = now.Add(d.NextAfter)
 		if m.refused {
 			m.until, m.keep = now.Add(d.RetryAfter), now.Add(kept(h, d))
 		} else {
-			m.until, m.next = now.Add(longest), now.Add(d.NextAfter)
-			m.keep = m.until
+			m.until, m.keep = now.Add(longest), now.Add(longest)
 		}
 		k := memoryKey{h.Rule.Name, h.Key.s}
 		s := r.shard(k)
 		s.mu.Lock()
 		evicted := false
 		if old, ok := s.lru.Peek(k); m.refused || !ok || !old.refused || !now.Before(old.keep) {
-			evicted = s.lru.Add(k, m) // a snapshot never replaces a live refusal
+			evicted = s.lru.Add(k, m)
+		} else if old.sameCounting(h) {
+			// A snapshot never replaces a live refusal (of a larger cost:
+			// its wait still holds, the key's counters have only grown
+			// since), but its state is newer.
+			old.remaining, old.reset, old.next = m.remaining, m.reset, m.next
+			s.lru.Add(k, old)
 		}
 		s.mu.Unlock()
 		if evicted {
@@ -224,13 +230,15 @@ func (r *Remember) evaluate(ctx context.Context, hits []Hit, now time.Time, out 
 // remembered and its wait has not ended, and reports whether it did: every
 // remembered refusal of the batch refuses again with its times counted
 // down (so the 429 names the same rules and the longest wait), the other
-// hits show their snapshot from that refusal, or, not remembered, their
-// full limit (they were not asked).
+// hits show what is remembered of their key (a snapshot from that
+// refusal, or a refusal of a larger cost: the state it left), or, nothing
+// remembered, their full limit (they were not asked).
 func (r *Remember) recall(hits []Hit, now time.Time, out []Decision) bool {
 	var buf [8]refusal
-	var seen [8]bool
+	var seen, hitBuf [8]bool
 	mem := buf[:0]
 	found := seen[:0]
+	refusing := hitBuf[:0]
 	refused := false
 	for i := range hits {
 		h := &hits[i]
@@ -247,10 +255,12 @@ func (r *Remember) recall(hits []Hit, now time.Time, out []Decision) bool {
 			}
 			s.mu.Unlock()
 		}
-		ok = ok && (m.matches(h) || !m.refused && m.sameCounting(h))
-		refused = refused || ok && m.refused
+		ok = ok && m.sameCounting(h)
+		again := ok && m.matches(h)
+		refused = refused || again
 		mem = append(mem, m)
 		found = append(found, ok)
+		refusing = append(refusing, again)
 	}
 	if !refused {
 		return false
@@ -260,7 +270,7 @@ func (r *Remember) recall(hits []Hit, now time.Time, out []Decision) bool {
 		limit, burst := hits[j].Limits()
 		m := &mem[j]
 		switch {
-		case found[j] && m.refused:
+		case refusing[j]:
 			wait := m.until.Sub(now)
 			out[j] = Decision{Limit: m.limit, Remaining: m.remaining, RetryAfter: wait,
 				ResetAfter: max(m.reset.Sub(now), wait), NextAfter: wait}

@@ -317,3 +317,44 @@ func TestRememberBucketsShadowsTiersPeekReset(t *testing.T) {
 		}
 	})
 }
+
+// A batch answered from memory shows, for a hit whose own remembered
+// refusal was of a larger cost, the key's state as last seen (kept fresh
+// by later snapshots), not a full limit; that refusal still answers a
+// request of its cost without the store.
+func TestRememberShowsStateBesideALargerRefusal(t *testing.T) {
+	ctx := context.Background()
+	inner := &counting{Store: limits.NewMemory(limits.MemoryOptions{})}
+	s := limits.NewRemember(inner, 100)
+	req, tok := sw("rpm", 3, time.Minute), sw("tpm", 100, time.Minute)
+	batch := func(cost int64) []limits.Hit {
+		return []limits.Hit{{Rule: req, Key: limits.KeyOf("caller", "k"), Cost: 1}, {Rule: tok, Key: limits.KeyOf("caller", "k"), Cost: cost}}
+	}
+	out := make([]limits.Decision, 2)
+	if ok, _ := s.Decide(ctx, batch(30), at(0), out); !ok {
+		t.Fatal("first")
+	}
+	if ok, _ := s.Decide(ctx, batch(80), at(1), out); ok || out[1].Allowed { // tpm refuses 80 with 70 left
+		t.Fatalf("the larger one: %+v", out)
+	}
+	for i := range 2 {
+		if ok, _ := s.Decide(ctx, batch(10), at(2+float64(i)), out); !ok {
+			t.Fatalf("small %d: %+v", i, out)
+		}
+	}
+	// rpm is spent: the store refuses it (a peek at tpm's state beside),
+	// then memory does.
+	for i := range 2 {
+		ok, err := s.Peek(ctx, batch(0), at(5+float64(i)), out)
+		if ok || err != nil || out[0].Allowed || !out[1].Allowed || out[1].Remaining != 50 || out[1].Limit != 100 {
+			t.Fatalf("refusal %d: %+v %v, want tpm's 50 left", i, out, err)
+		}
+	}
+	before := inner.calls.Load()
+	if ok, _ := s.Decide(ctx, []limits.Hit{batch(80)[1]}, at(7), out[:1]); ok || out[0].Remaining != 50 {
+		t.Fatalf("the larger cost again: %+v", out[0])
+	}
+	if inner.calls.Load() != before {
+		t.Fatal("the larger cost's remembered refusal asked the store")
+	}
+}

@@ -44,7 +44,12 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64, now time.Time) 
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(now.Add(bodyReadTimeout)) // unsupported writers (tests) just have no deadline
 	defer rc.SetReadDeadline(time.Time{})
+	return readWithin(w, r, max)
+}
 
+// readWithin is readBody's reading, under whatever read deadline the
+// caller set.
+func readWithin(w http.ResponseWriter, r *http.Request, max int64) (*spooled, error) {
 	body := http.MaxBytesReader(w, r.Body, max)
 	hint := 4 << 10
 	if r.ContentLength >= 0 {

@@ -205,7 +205,7 @@ func (p *Proxy) tooCostly(x *exchange, r *http.Request, in *keyInput, now time.T
 	x.sizeOut()
 	ru, h := x.rules[i], &x.hits[i]
 	if _, err := p.store.Peek(r.Context(), x.hits, now, x.out); err == nil {
-		p.observeRules(x, in, r) // the peek refuses that hit: counted once
+		p.observeRules(x, in, r, len(x.rules)) // the peek refuses that hit: counted once
 		x.limited, x.show = p.fewestRemaining(x)
 	} else {
 		ru.metrics.refused.Inc()

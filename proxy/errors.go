@@ -178,7 +178,7 @@ func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, e *apiError) 
 	if x != nil && x.apiPath != "" {
 		path = x.apiPath
 	}
-	if x != nil && x.body == nil && x.forwardedAt.IsZero() && r.ContentLength != 0 {
+	if x != nil && x.body == nil && !x.bodyRead && x.forwardedAt.IsZero() && r.ContentLength != 0 {
 		discardUnread(x, r)
 	}
 	pol := p.policy.Load()
@@ -201,12 +201,20 @@ func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, e *apiError) 
 // answer as long as it likes, holding the connection. discardUnread reads
 // what has arrived within a short deadline instead; a body that has not
 // all arrived by then (or is larger) ends the connection after the answer.
+// A client that sent Expect: 100-continue is waiting for permission to send its
+// body: reading would send it 100 Continue (Go's server sends it on the
+// first read), inviting a body the proxy will not look at, so it gets the
+// answer alone and the connection ends (SPEC §4.3).
 const (
 	unreadWait = 50 * time.Millisecond
 	unreadMax  = 256 << 10
 )
 
 func discardUnread(x *exchange, r *http.Request) {
+	if r.ContentLength > unreadMax || expectsContinue(r) {
+		x.Header()["Connection"] = []string{"close"}
+		return
+	}
 	rc := http.NewResponseController(x.ResponseWriter)
 	if rc.SetReadDeadline(time.Now().Add(unreadWait)) != nil {
 		return // no deadline to bound the read with: left to the server
@@ -216,4 +224,15 @@ func discardUnread(x *exchange, r *http.Request) {
 	if !errors.Is(err, io.EOF) || n > unreadMax {
 		x.Header()["Connection"] = []string{"close"}
 	}
+}
+
+// expectsContinue reports whether the client waits for 100 Continue
+// before it sends its body.
+func expectsContinue(r *http.Request) bool {
+	for _, v := range r.Header["Expect"] {
+		if strings.EqualFold(strings.TrimSpace(v), "100-continue") {
+			return true
+		}
+	}
+	return false
 }

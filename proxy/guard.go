@@ -18,7 +18,8 @@ import (
 //  2. the applying rules that need no body: their keys, 400 missing_key;
 //  3. when some applying rule needs the body: a peek (nothing recorded) at
 //     the rules of step 2, so that a caller already over one is refused
-//     before its body is read;
+//     before its body is read (with the token rules' state for its
+//     headers);
 //  4. read the body within the caps (415, 413) and, on a protected route,
 //     count its tokens; body key parts are read in the same pass (400);
 //  5. the rules that need the body: their keys;
@@ -77,19 +78,24 @@ func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time, pol *policy, 
 
 	// 3. A caller already over a rule that needs no body is refused
 	// before its body is read.
-	if len(x.hits) > 0 {
+	// The token rules' state is peeked too, for the headers of the 429.
+	if n := len(x.hits); n > 0 {
+		p.addShownHits(x, in, cands)
 		x.sizeOut()
 		ok, err := p.store.Peek(r.Context(), x.hits, now, x.out)
+		ok = ok || shownOnly(x, n)
 		switch {
 		case err != nil:
+			x.hits, x.rules = x.hits[:n], x.rules[:n]
 			if !p.storeFailed(x, r, in, err) {
 				return false
 			}
 		case !ok && !p.holdable(x, 0):
-			p.observeRules(x, in, r) // the rules decided: counted as a decision would be
+			p.observeRules(x, in, r, n) // the rules decided: counted as a decision would be
 			p.refuse(x, r, in)
 			return false
 		}
+		x.hits, x.rules = x.hits[:n], x.rules[:n]
 	}
 
 	// 4. The body, its size and (protected) its tokens, with the body key
@@ -177,6 +183,53 @@ func (p *Proxy) addHit(x *exchange, r *http.Request, in *keyInput, pol *policy, 
 	return true
 }
 
+// addShownHits adds to the batch, for the headers of a 429 answered
+// before the body is read (SPEC §8: every answer a token rule applies to
+// carries its headers), the applying token and money rules whose key and
+// conditions need no body, at cost 0: their state is read, nothing of
+// theirs is decided. A rule that cannot be placed so (an ambiguous part,
+// a missing key, an unlimited key) is left to the decision after the body.
+func (p *Proxy) addShownHits(x *exchange, in *keyInput, cands []*rule) {
+	for _, ru := range cands {
+		if !ru.cost.metered() || ru.keyBody || ru.action == actShadow {
+			continue
+		}
+		hold := in.err
+		key, _, ok := in.key(ru)
+		ok = ok && in.conditionsHold(ru) && in.err == nil
+		in.err = hold // found again, and answered, when the rule is added for real
+		if !ok {
+			continue
+		}
+		h := limits.Hit{Rule: ru.lim, Key: key}
+		if eff, own := ru.effective(in.plan, key); own {
+			if eff.unlimited {
+				continue
+			}
+			h.Own, h.Limit, h.Burst = true, eff.limit, eff.limit
+			if ru.burstSet {
+				h.Burst = ru.lim.Burst
+			}
+		}
+		x.hits = append(x.hits, h)
+		x.rules = append(x.rules, ru)
+	}
+}
+
+// shownOnly marks the hits from n on (addShownHits') as admitting, since
+// they decide nothing, and reports whether the hits before n admit.
+func shownOnly(x *exchange, n int) bool {
+	for i := n; i < len(x.out); i++ {
+		x.out[i].Allowed, x.out[i].RetryAfter = true, 0
+	}
+	for i, ru := range x.rules[:n] {
+		if !x.out[i].Allowed && ru.action != actShadow {
+			return false
+		}
+	}
+	return true
+}
+
 // decide decides the batch at now, all-or-nothing, holding the request
 // while delay rules allow it (SPEC §7.3), and answers 429 when refused.
 func (p *Proxy) decide(x *exchange, r *http.Request, in *keyInput, now time.Time) bool {
@@ -190,24 +243,30 @@ func (p *Proxy) decide(x *exchange, r *http.Request, in *keyInput, now time.Time
 		x.sizeOut()
 		allowed, err := p.store.Decide(r.Context(), x.hits, now, x.out)
 		if err != nil {
+			if held && r.Context().Err() != nil {
+				return p.gone(x) // the client left during the decision
+			}
 			if held {
+				x.endHeldRead(false)
 				p.unhold(x, "admitted")
 			}
 			return p.storeFailed(x, r, in, err)
 		}
 		if allowed {
-			p.observeRules(x, in, r)
+			p.observeRules(x, in, r, len(x.rules))
 			x.decision = decAllowed // a failed peek before may have said store_error
 			x.limited, x.show = p.fewestRemaining(x)
 			if held {
+				x.endHeldRead(false)
 				p.unhold(x, "admitted")
 			}
 			p.admitted(x, r, in)
 			return true
 		}
 		if !p.holdable(x, now.Sub(arrived)) {
-			p.observeRules(x, in, r)
+			p.observeRules(x, in, r, len(x.rules))
 			if held {
+				x.endHeldRead(true)
 				p.unhold(x, "rate_limited")
 			}
 			p.refuse(x, r, in)
@@ -215,19 +274,26 @@ func (p *Proxy) decide(x *exchange, r *http.Request, in *keyInput, now time.Time
 		}
 		if !held {
 			if !p.hold(x) {
-				p.observeRules(x, in, r)
+				p.observeRules(x, in, r, len(x.rules))
 				p.refuse(x, r, in)
 				return false
 			}
 			held = true
+			p.readWhileHeld(x, r, now)
 		}
 		if !p.wait(r, longestWait(x)) {
-			p.unhold(x, "client_closed")
-			x.decision = decClientClosed
-			return false
+			return p.gone(x)
 		}
 		now = p.now()
 	}
+}
+
+// gone ends the hold of a request whose client left: nothing is recorded.
+func (p *Proxy) gone(x *exchange) bool {
+	x.endHeldRead(true)
+	p.unhold(x, "client_closed")
+	x.decision = decClientClosed
+	return false
 }
 
 // holdable reports whether the refused batch may be held and decided
@@ -286,13 +352,14 @@ func (p *Proxy) unhold(x *exchange, outcome string) {
 	}
 }
 
-// wait sleeps d, or less when the client leaves (false).
+// wait sleeps d, or less when the client leaves (false). A client gone
+// as the wait ends is gone too: the decision after it would record it.
 func (p *Proxy) wait(r *http.Request, d time.Duration) bool {
 	t := time.NewTimer(max(d, time.Millisecond))
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
+		return r.Context().Err() == nil
 	case <-r.Context().Done():
 		return false
 	}
@@ -332,10 +399,10 @@ func (p *Proxy) shadowWouldRefuse(in *keyInput, r *http.Request, ru *rule, reaso
 	p.log.Info("shadow rule would refuse", "rule", ru.lim.Name, "reason", reason, "model", in.model, "path", r.URL.Path)
 }
 
-// observeRules counts each rule's decision, logs and counts what shadow
-// rules would have refused, and sets the usage ratios.
-func (p *Proxy) observeRules(x *exchange, in *keyInput, r *http.Request) {
-	for i, ru := range x.rules {
+// observeRules counts the decision of each of the first n rules, logs and
+// counts what shadow rules would have refused, and sets the usage ratios.
+func (p *Proxy) observeRules(x *exchange, in *keyInput, r *http.Request, n int) {
+	for i, ru := range x.rules[:n] {
 		d := &x.out[i]
 		m := ru.metrics
 		if d.Allowed {

@@ -25,8 +25,7 @@ import (
 // On an unprotected route, count >= 0 asks for the tokens too (a token
 // rule applies), counted up to count.
 func (p *Proxy) readBody(x *exchange, r *http.Request, in *keyInput, now time.Time, protected, needBody bool, fields *tokens.Fields, count int64) bool {
-	// Content_Encoding: CGI and WSGI servers read the _ spelling as the same header.
-	if ce := slices.Concat(r.Header["Content-Encoding"], r.Header["Content_encoding"]); len(ce) > 0 && !identityOnly(ce) {
+	if compressed(r) {
 		x.decision = decUnsupportedEncoding
 		p.log.Info("request denied", "rule", "content_encoding", "key", "caller="+in.c.logged(), "path", r.URL.Path)
 		x.Header()["Accept-Encoding"] = []string{"identity"}
@@ -84,12 +83,24 @@ func (p *Proxy) readBody(x *exchange, r *http.Request, in *keyInput, now time.Ti
 	return true
 }
 
+// compressed reports whether r's body has a Content-Encoding other than
+// identity.
+func compressed(r *http.Request) bool {
+	// Content_Encoding: CGI and WSGI servers read the _ spelling as the same header.
+	ce := slices.Concat(r.Header["Content-Encoding"], r.Header["Content_encoding"])
+	return len(ce) > 0 && !identityOnly(ce)
+}
+
 // spool reads r's body within MAX_BODY_BYTES into x.body, and makes the
 // bytes received, with their exact length, what is forwarded. False when
 // it answered: 413 body_too_large (logged with caller c), 400 for a body
-// that broke off, nothing when the client left.
+// that broke off, nothing when the client left. A body read while a delay
+// rule held the request (readWhileHeld) is taken as it was read.
 func (p *Proxy) spool(x *exchange, r *http.Request, c *caller, now time.Time) bool {
-	body, err := readBody(x.ResponseWriter, r, x.pol.cfg.MaxBodyBytes, now)
+	body, err := x.body, x.bodyErr
+	if !x.bodyRead {
+		body, err = readBody(x.ResponseWriter, r, x.pol.cfg.MaxBodyBytes, now)
+	}
 	switch {
 	case errors.Is(err, errBodyTooLarge):
 		p.tooLarge(x, r, c, "max_body_bytes", &apiError{status: http.StatusRequestEntityTooLarge, code: codeBodyTooLarge,

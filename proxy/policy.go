@@ -68,9 +68,11 @@ type rule struct {
 	burstSet bool // burst given: it stays when a tier or override changes the limit
 	tiers    map[string]tierLimit
 	override map[string]tierLimit
-	// needsBody: a key part or condition is read from the body, so the
-	// rule is decided after the body has been read.
+	// needsBody: the cost, a key part or a condition is read from the
+	// body (keyBody: a key part or condition), so the rule is decided
+	// after the body has been read.
 	needsBody bool
+	keyBody   bool
 	// fields are the rule's body key parts (and a total_tokens rule's
 	// output fields), for the body reader.
 	fields  tokens.Fields
@@ -211,7 +213,7 @@ func (pol *policy) compileRule(cr *config.Rule, index int, rm *ruleMetricSet) (*
 			return nil, err
 		}
 		ru.key = append(ru.key, kp)
-		ru.needsBody = ru.needsBody || kp.body()
+		ru.keyBody = ru.keyBody || kp.body()
 	}
 	for _, w := range cr.When {
 		kp, err := ru.compilePart(w.Part)
@@ -223,8 +225,9 @@ func (pol *policy) compileRule(cr *config.Rule, index int, rm *ruleMetricSet) (*
 			cond.value, cond.prefix = v, true
 		}
 		ru.when = append(ru.when, cond)
-		ru.needsBody = ru.needsBody || kp.body()
+		ru.keyBody = ru.keyBody || kp.body()
 	}
+	ru.needsBody = ru.needsBody || ru.keyBody
 	if len(cr.Tiers) > 0 {
 		ru.tiers = map[string]tierLimit{}
 		for _, t := range cr.Tiers {

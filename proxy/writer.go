@@ -26,6 +26,9 @@ type exchange struct {
 	apiPath     string // protected: the canonical path that matched (error envelope, credential order)
 	format      tokens.Format
 	body        *spooled // the buffered body of a protected request
+	bodyRead    bool     // the body was read while held: body, or bodyErr
+	bodyErr     error
+	heldRead    *heldRead // the body being read while a delay rule holds the request
 	now         func() time.Time
 	pol         *policy // the configuration this request started under
 
