@@ -237,7 +237,9 @@ func TestHostileBounded(t *testing.T) {
 		if err != nil && !strings.Contains(err.Error(), "invalid") {
 			t.Errorf("%s: %v", h.name, err)
 		}
-		if limit := int64(64<<20) + int64(len(h.body)); alloc > limit {
+		// Under the race detector sync.Pool keeps nothing, so what the
+		// standard library allocates is not what the program does.
+		if limit := int64(64<<20) + int64(len(h.body)); alloc > limit && !raceOn {
 			t.Errorf("%s: %d MiB allocated costing a %d MiB body", h.name, alloc>>20, len(h.body)>>20)
 		}
 	}
