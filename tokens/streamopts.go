@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/jsonscan"
 )
 
 // Edit replaces the bytes [Start, End) of a body by Text (Start == End
@@ -38,23 +40,23 @@ func IncludeUsage(body io.ReaderAt, size int64) ([]Edit, error) {
 	if n, err := body.ReadAt(b, 0); int64(n) < size {
 		return nil, err
 	}
-	s := scanner{b: b}
-	s.space()
-	if s.i >= len(b) || b[s.i] != '{' {
+	o := jsonscan.OpenObject(b, 0)
+	if o.Bad {
 		return nil, errNotObject
 	}
 	var edits []Edit
 	var last []byte // the last stream_options value
 	members := 0
-	closing, err := s.members(func(name []byte, vs, ve int) {
+	for m, ok := o.Next(); ok; m, ok = o.Next() {
 		members++
-		if foldedIs(name, "stream_options") {
-			edits = append(edits, Edit{Start: int64(vs), End: int64(ve)})
-			last = b[vs:ve]
+		if foldedIs(m.Key, "stream_options") {
+			edits = append(edits, Edit{Start: int64(m.VS), End: int64(m.VE)})
+			last = b[m.VS:m.VE]
 		}
-	})
-	if err != nil {
-		return nil, err
+	}
+	closing := o.Closing()
+	if closing < 0 {
+		return nil, errScan
 	}
 	value, err := withIncludeUsage(last)
 	if err != nil {
@@ -77,20 +79,19 @@ func IncludeUsage(body io.ReaderAt, size int64) ([]Edit, error) {
 // with include_usage true: an object keeps its other members as sent.
 func withIncludeUsage(value []byte) ([]byte, error) {
 	out := []byte{'{'}
-	s := scanner{b: value}
-	s.space()
-	if s.i < len(value) && value[s.i] == '{' {
-		_, err := s.members(func(name []byte, vs, ve int) {
-			if foldedIs(name, "include_usage") {
-				return
+	if len(value) > 0 && value[0] == '{' {
+		o := jsonscan.OpenObject(value, 0)
+		for m, ok := o.Next(); ok; m, ok = o.Next() {
+			if foldedIs(m.Key, "include_usage") {
+				continue
 			}
 			if len(out) > 1 {
 				out = append(out, ',')
 			}
-			out = append(out, value[s.nameStart:ve]...)
-		})
-		if err != nil {
-			return nil, err
+			out = append(out, value[m.KS:m.VE]...)
+		}
+		if o.Closing() < 0 {
+			return nil, errScan
 		}
 	}
 	if len(out) > 1 {
@@ -110,133 +111,7 @@ func foldedIs(raw []byte, want string) bool {
 	return string(fold([]byte(name), buf[:0])) == want
 }
 
-// scanner walks a JSON document that is already known to be valid enough,
-// by byte offsets; it never allocates and fails on what it cannot read.
-type scanner struct {
-	b         []byte
-	i         int
-	nameStart int // the opening quote of the member being reported
-}
-
 var errScan = errors.New("malformed JSON")
-
-func (s *scanner) space() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
-
-// members reads the object at s.i, calling f with each member's raw name
-// and the offsets of its value, and returns the offset of the closing
-// brace; s.i ends after it.
-func (s *scanner) members(f func(name []byte, vs, ve int)) (int, error) {
-	s.i++ // '{'
-	for {
-		s.space()
-		if s.i >= len(s.b) {
-			return 0, errScan
-		}
-		if s.b[s.i] == '}' {
-			closing := s.i
-			s.i++
-			return closing, nil
-		}
-		if s.b[s.i] == ',' {
-			s.i++
-			s.space()
-		}
-		if s.i >= len(s.b) || s.b[s.i] != '"' {
-			return 0, errScan
-		}
-		start := s.i
-		if err := s.str(); err != nil {
-			return 0, err
-		}
-		name := s.b[start+1 : s.i-1]
-		s.space()
-		if s.i >= len(s.b) || s.b[s.i] != ':' {
-			return 0, errScan
-		}
-		s.i++
-		s.space()
-		vs := s.i
-		if err := s.value(0); err != nil {
-			return 0, err
-		}
-		save := s.i
-		s.nameStart = start
-		f(name, vs, s.i)
-		s.i = save
-	}
-}
-
-// str skips the string at s.i (its opening quote).
-func (s *scanner) str() error {
-	for s.i++; s.i < len(s.b); s.i++ {
-		switch s.b[s.i] {
-		case '\\':
-			s.i++
-		case '"':
-			s.i++
-			return nil
-		}
-	}
-	return errScan
-}
-
-// value skips the value at s.i, nested at most maxDepth deep.
-func (s *scanner) value(depth int) error {
-	if depth > maxDepth || s.i >= len(s.b) {
-		return errScan
-	}
-	switch s.b[s.i] {
-	case '"':
-		return s.str()
-	case '{', '[':
-		closeBy := byte('}')
-		if s.b[s.i] == '[' {
-			closeBy = ']'
-		}
-		s.i++
-		for {
-			s.space()
-			if s.i >= len(s.b) {
-				return errScan
-			}
-			switch c := s.b[s.i]; {
-			case c == closeBy:
-				s.i++
-				return nil
-			case c == ',' || c == ':':
-				s.i++
-			default:
-				if err := s.value(depth + 1); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	start := s.i
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r', ':':
-			if s.i == start {
-				return errScan
-			}
-			return nil
-		}
-		s.i++
-	}
-	if s.i == start {
-		return errScan
-	}
-	return nil
-}
 
 // Edited returns body with edits applied, as a reader, and its new size;
 // the unchanged parts are read from body, not copied.

@@ -1,5 +1,7 @@
 package usage
 
+import "github.com/ratelimit-proxy/ratelimit-proxy/tokens/jsonscan"
+
 // The modes of a non-stream body, decided by its first non-space byte.
 const (
 	bodyUndecided = iota
@@ -20,7 +22,7 @@ type docScan struct {
 func (r *reader) feedBody(b []byte) {
 	d := &r.doc
 	if d.mode == bodyUndecided {
-		i := skipSpace(b, 0)
+		i := jsonscan.SkipSpace(b, 0)
 		if i == len(b) {
 			return
 		}
@@ -53,8 +55,8 @@ func (r *reader) feedBody(b []byte) {
 // docs calls fn for each top-level value in b (one JSON document, or
 // several as NDJSON), the last possibly cut short.
 func docs(b []byte, fn func(doc []byte)) {
-	for i := skipSpace(b, 0); i < len(b); i = skipSpace(b, i) {
-		e, ok := skipValue(b, i)
+	for i := jsonscan.SkipSpace(b, 0); i < len(b); i = jsonscan.SkipSpace(b, i) {
+		e, ok := jsonscan.SkipValue(b, i)
 		if e == i {
 			return
 		}
@@ -78,13 +80,13 @@ func (r *reader) finishBody() {
 		return
 	}
 	t := d.tail.bytes()
-	if v := lastObject(t, `"usage"`); v != nil {
+	if v := jsonscan.LastObject(t, `"usage"`); v != nil {
 		r.record(parseFields(v).normalize(r.o.API))
 	}
 	if r.o.API == Generic && !r.reported {
 		var f fields
-		f.num(lastNumber(t, `"prompt_eval_count"`), hasPromptEval, &f.promptEval)
-		f.num(lastNumber(t, `"eval_count"`), hasEval, &f.eval)
+		f.num(jsonscan.LastNumber(t, `"prompt_eval_count"`), hasPromptEval, &f.promptEval)
+		f.num(jsonscan.LastNumber(t, `"eval_count"`), hasEval, &f.eval)
 		if f.set != 0 {
 			r.record(f.normalize(Generic))
 		}
@@ -94,7 +96,7 @@ func (r *reader) finishBody() {
 // docUsage records the usage of one JSON document: its top-level "usage",
 // and for Generic also Ollama's top-level counts.
 func (r *reader) docUsage(doc []byte) {
-	if u := lookup(doc, "usage"); whole(u) {
+	if u := jsonscan.Lookup(doc, "usage"); jsonscan.Whole(u) {
 		r.record(parseFields(u).normalize(r.o.API))
 		return
 	}

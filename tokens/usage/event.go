@@ -3,6 +3,7 @@ package usage
 import (
 	"bytes"
 	"encoding/binary"
+	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/jsonscan"
 	"sync"
 )
 
@@ -102,29 +103,29 @@ func (r *reader) openaiEvent(data []byte) action {
 // or by the opening brace is never inside a string, and the last closing
 // brace closes the top-level object, so the member is top-level.
 func nullLast(d []byte) (span, bool) {
-	start := skipSpace(d, 0)
+	start := jsonscan.SkipSpace(d, 0)
 	if start >= len(d) || d[start] != '{' {
 		return span{}, false
 	}
-	i := spaceBefore(d, len(d))
+	i := jsonscan.SpaceBefore(d, len(d))
 	if i == 0 || d[i-1] != '}' {
 		return span{}, false
 	}
-	i = spaceBefore(d, i-1)
+	i = jsonscan.SpaceBefore(d, i-1)
 	if i < 4 || string(d[i-4:i]) != "null" {
 		return span{}, false
 	}
 	ve := i
-	i = spaceBefore(d, i-4)
+	i = jsonscan.SpaceBefore(d, i-4)
 	if i < 1 || d[i-1] != ':' {
 		return span{}, false
 	}
-	i = spaceBefore(d, i-1)
+	i = jsonscan.SpaceBefore(d, i-1)
 	if i < len(usageKey) || string(d[i-len(usageKey):i]) != string(usageKey) {
 		return span{}, false
 	}
 	ks := i - len(usageKey)
-	i = spaceBefore(d, ks)
+	i = jsonscan.SpaceBefore(d, ks)
 	switch {
 	case i > start+1 && d[i-1] == ',':
 		return span{i - 1, ve}, true
@@ -139,34 +140,34 @@ func nullLast(d []byte) (span, bool) {
 // (each with one adjacent comma), or the drop of a usage chunk (non-null
 // usage, empty choices). Malformed JSON is passed as it is.
 func (r *reader) topUsage(data []byte) action {
-	o := openObject(data, 0)
+	o := jsonscan.OpenObject(data, 0)
 	r.spans = r.spans[:0]
 	var val []byte
 	emptyChoices := false
 	taken := -1 // a comma already removed with the member before
-	for m, ok := o.next(); ok; m, ok = o.next() {
-		switch string(m.key) {
+	for m, ok := o.Next(); ok; m, ok = o.Next() {
+		switch string(m.Key) {
 		case "choices":
-			emptyChoices = isEmptyArray(data[m.vs:m.ve])
+			emptyChoices = jsonscan.IsEmptyArray(data[m.VS:m.VE])
 		case "usage":
-			if v := data[m.vs:m.ve]; whole(v) {
+			if v := data[m.VS:m.VE]; jsonscan.Whole(v) {
 				val = v
 			}
 			if !r.cut {
 				continue
 			}
 			var s span
-			if m.comma >= 0 && m.comma != taken {
-				s = span{m.comma, m.ve}
-			} else if k := skipSpace(data, m.ve); k < len(data) && data[k] == ',' {
-				s, taken = span{m.ks, k + 1}, k
+			if m.Comma >= 0 && m.Comma != taken {
+				s = span{m.Comma, m.VE}
+			} else if k := jsonscan.SkipSpace(data, m.VE); k < len(data) && data[k] == ',' {
+				s, taken = span{m.KS, k + 1}, k
 			} else {
-				s = span{m.ks, m.ve}
+				s = span{m.KS, m.VE}
 			}
 			r.spans = append(r.spans, s)
 		}
 	}
-	if o.bad {
+	if o.Bad {
 		return actKeep
 	}
 	if val != nil {
@@ -186,7 +187,7 @@ func eventType(name, data []byte) []byte {
 	if len(name) > 0 {
 		return name
 	}
-	return unquoted(lookup(data, "type"))
+	return jsonscan.Unquoted(jsonscan.Lookup(data, "type"))
 }
 
 // responsesEvent takes the usage of a Responses stream's final event.
@@ -196,8 +197,8 @@ func (r *reader) responsesEvent(name, data []byte) {
 	}
 	switch string(eventType(name, data)) {
 	case "response.completed", "response.incomplete", "response.failed":
-		u := lookup(lookup(data, "response"), "usage")
-		if whole(u) {
+		u := jsonscan.Lookup(jsonscan.Lookup(data, "response"), "usage")
+		if jsonscan.Whole(u) {
 			r.record(parseFields(u).normalize(OpenAIResponses))
 		}
 	}
@@ -211,14 +212,14 @@ func (r *reader) anthropicEvent(name, data []byte) {
 	}
 	switch string(eventType(name, data)) {
 	case "message_start":
-		u := lookup(lookup(data, "message"), "usage")
-		if !whole(u) {
+		u := jsonscan.Lookup(jsonscan.Lookup(data, "message"), "usage")
+		if !jsonscan.Whole(u) {
 			return
 		}
 		r.anth.start = parseFields(u)
 	case "message_delta":
-		u := lookup(data, "usage")
-		if !whole(u) {
+		u := jsonscan.Lookup(data, "usage")
+		if !jsonscan.Whole(u) {
 			return
 		}
 		r.anth.delta = r.anth.delta.overlay(parseFields(u))
@@ -250,7 +251,7 @@ func (r *reader) genericEvent(name, data []byte) {
 // overEvent handles an event whose payload passed MaxEvent: its usage is
 // looked for in its last tailWindow bytes, its text read from its head.
 func (r *reader) overEvent(name []byte) {
-	if v := lastObject(r.ps.tail.bytes(), `"usage"`); v != nil {
+	if v := jsonscan.LastObject(r.ps.tail.bytes(), `"usage"`); v != nil {
 		api := r.o.API
 		if api == OpenAIResponses || api == Generic && bytes.HasPrefix(name, []byte("response.")) {
 			api = OpenAIResponses
@@ -330,7 +331,7 @@ func (r *reader) releaseKeep() {
 // kept is read for its text and dropped; a payload longer than MaxText is
 // read at once.
 func (r *reader) retain(data []byte) {
-	if i := skipSpace(data, 0); i == len(data) || data[i] != '{' {
+	if i := jsonscan.SkipSpace(data, 0); i == len(data) || data[i] != '{' {
 		return
 	}
 	need := binary.MaxVarintLen32 + len(data)

@@ -1,6 +1,7 @@
 package usage
 
 import (
+	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/jsonscan"
 	"math"
 	"strconv"
 )
@@ -50,11 +51,11 @@ func parseFields(v []byte) fields {
 // read adds the members of the object v to f; top reads the top level of a
 // whole document, where only Ollama's counts are taken.
 func (f *fields) read(v []byte, top bool) {
-	o := openObject(v, 0)
-	for m, ok := o.next(); ok; m, ok = o.next() {
-		val := v[m.vs:m.ve]
+	o := jsonscan.OpenObject(v, 0)
+	for m, ok := o.Next(); ok; m, ok = o.Next() {
+		val := v[m.VS:m.VE]
 		if top {
-			switch string(m.key) {
+			switch string(m.Key) {
 			case "prompt_eval_count":
 				f.num(val, hasPromptEval, &f.promptEval)
 			case "eval_count":
@@ -62,7 +63,7 @@ func (f *fields) read(v []byte, top bool) {
 			}
 			continue
 		}
-		switch string(m.key) {
+		switch string(m.Key) {
 		case "prompt_tokens":
 			f.num(val, hasPrompt, &f.prompt)
 		case "completion_tokens":
@@ -76,12 +77,12 @@ func (f *fields) read(v []byte, top bool) {
 		case "cache_creation_input_tokens":
 			f.num(val, hasCacheWrite, &f.cacheWrite)
 		case "prompt_tokens_details", "input_tokens_details":
-			if string(m.key) == "input_tokens_details" && len(val) > 0 && val[0] == '{' {
+			if string(m.Key) == "input_tokens_details" && len(val) > 0 && val[0] == '{' {
 				f.set |= hasInputDetails
 			}
-			f.num(lookup(val, "cached_tokens"), hasCached, &f.cached)
+			f.num(jsonscan.Lookup(val, "cached_tokens"), hasCached, &f.cached)
 		case "completion_tokens_details", "output_tokens_details":
-			f.num(lookup(val, "reasoning_tokens"), hasReasoning, &f.reasoning)
+			f.num(jsonscan.Lookup(val, "reasoning_tokens"), hasReasoning, &f.reasoning)
 		}
 	}
 }

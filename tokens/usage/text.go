@@ -2,6 +2,7 @@ package usage
 
 import (
 	"bytes"
+	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/jsonscan"
 	"unicode/utf8"
 )
 
@@ -45,7 +46,7 @@ func (c *counter) str(v []byte) {
 		return
 	}
 	s := v[1:]
-	if e, ok := skipString(v, 0); ok {
+	if e, ok := jsonscan.SkipString(v, 0); ok {
 		s = v[1 : e-1]
 	}
 	for len(s) > 0 {
@@ -145,12 +146,12 @@ func (c *counter) arguments(v []byte) {
 // none.
 func eventText(c *counter, p []byte) {
 	var typ, choices, delta, message, response []byte
-	o := openObject(p, 0)
-	for m, ok := o.next(); ok; m, ok = o.next() {
-		v := p[m.vs:m.ve]
-		switch string(m.key) {
+	o := jsonscan.OpenObject(p, 0)
+	for m, ok := o.Next(); ok; m, ok = o.Next() {
+		v := p[m.VS:m.VE]
+		switch string(m.Key) {
 		case "error":
-			if !isNull(v) {
+			if !jsonscan.IsNull(v) {
 				return
 			}
 		case "type":
@@ -167,15 +168,15 @@ func eventText(c *counter, p []byte) {
 	}
 	choicesText(c, choices)
 	if delta != nil {
-		switch t := unquoted(typ); {
+		switch t := jsonscan.Unquoted(typ); {
 		case isTextType(t):
 			c.str(delta)
 		case string(t) == "content_block_delta":
-			o := openObject(delta, 0)
-			for m, ok := o.next(); ok; m, ok = o.next() {
-				switch string(m.key) {
+			o := jsonscan.OpenObject(delta, 0)
+			for m, ok := o.Next(); ok; m, ok = o.Next() {
+				switch string(m.Key) {
 				case "text", "partial_json", "thinking":
-					c.str(delta[m.vs:m.ve])
+					c.str(delta[m.VS:m.VE])
 				}
 			}
 		}
@@ -190,12 +191,12 @@ func eventText(c *counter, p []byte) {
 // has none.
 func docText(c *counter, doc []byte) {
 	var choices, output, content, message, response []byte
-	o := openObject(doc, 0)
-	for m, ok := o.next(); ok; m, ok = o.next() {
-		v := doc[m.vs:m.ve]
-		switch string(m.key) {
+	o := jsonscan.OpenObject(doc, 0)
+	for m, ok := o.Next(); ok; m, ok = o.Next() {
+		v := doc[m.VS:m.VE]
+		switch string(m.Key) {
 		case "error":
-			if !isNull(v) {
+			if !jsonscan.IsNull(v) {
 				return
 			}
 		case "choices":
@@ -211,12 +212,12 @@ func docText(c *counter, doc []byte) {
 		}
 	}
 	choicesText(c, choices)
-	a := openArray(output)
-	for item, ok := a.next(); ok; item, ok = a.next() {
-		o := openObject(item, 0)
-		for m, ok := o.next(); ok; m, ok = o.next() {
-			v := item[m.vs:m.ve]
-			switch string(m.key) {
+	a := jsonscan.OpenArray(output)
+	for item, ok := a.Next(); ok; item, ok = a.Next() {
+		o := jsonscan.OpenObject(item, 0)
+		for m, ok := o.Next(); ok; m, ok = o.Next() {
+			v := item[m.VS:m.VE]
+			switch string(m.Key) {
 			case "content", "summary":
 				partsText(c, v)
 			case "arguments", "input":
@@ -232,15 +233,15 @@ func docText(c *counter, doc []byte) {
 // choicesText adds the text of OpenAI's choices: delta or message, and
 // text.
 func choicesText(c *counter, v []byte) {
-	a := openArray(v)
-	for ch, ok := a.next(); ok; ch, ok = a.next() {
-		o := openObject(ch, 0)
-		for m, ok := o.next(); ok; m, ok = o.next() {
-			switch string(m.key) {
+	a := jsonscan.OpenArray(v)
+	for ch, ok := a.Next(); ok; ch, ok = a.Next() {
+		o := jsonscan.OpenObject(ch, 0)
+		for m, ok := o.Next(); ok; m, ok = o.Next() {
+			switch string(m.Key) {
 			case "delta", "message":
-				messageText(c, ch[m.vs:m.ve])
+				messageText(c, ch[m.VS:m.VE])
 			case "text":
-				c.str(ch[m.vs:m.ve])
+				c.str(ch[m.VS:m.VE])
 			}
 		}
 	}
@@ -249,22 +250,22 @@ func choicesText(c *counter, v []byte) {
 // messageText adds the text of a message or delta object: content (a
 // string or parts), refusal, reasoning, tool-call arguments.
 func messageText(c *counter, v []byte) {
-	o := openObject(v, 0)
-	for m, ok := o.next(); ok; m, ok = o.next() {
-		val := v[m.vs:m.ve]
-		switch string(m.key) {
+	o := jsonscan.OpenObject(v, 0)
+	for m, ok := o.Next(); ok; m, ok = o.Next() {
+		val := v[m.VS:m.VE]
+		switch string(m.Key) {
 		case "content":
 			c.str(val)
 			partsText(c, val)
 		case "refusal", "reasoning_content", "reasoning", "thinking":
 			c.str(val)
 		case "tool_calls":
-			a := openArray(val)
-			for call, ok := a.next(); ok; call, ok = a.next() {
-				c.arguments(lookup(lookup(call, "function"), "arguments"))
+			a := jsonscan.OpenArray(val)
+			for call, ok := a.Next(); ok; call, ok = a.Next() {
+				c.arguments(jsonscan.Lookup(jsonscan.Lookup(call, "function"), "arguments"))
 			}
 		case "function_call":
-			c.arguments(lookup(val, "arguments"))
+			c.arguments(jsonscan.Lookup(val, "arguments"))
 		}
 	}
 }
@@ -272,12 +273,12 @@ func messageText(c *counter, v []byte) {
 // partsText adds the text of an array of content parts or blocks: text,
 // refusal, thinking, and a tool_use block's input as JSON text.
 func partsText(c *counter, v []byte) {
-	a := openArray(v)
-	for part, ok := a.next(); ok; part, ok = a.next() {
-		o := openObject(part, 0)
-		for m, ok := o.next(); ok; m, ok = o.next() {
-			val := part[m.vs:m.ve]
-			switch string(m.key) {
+	a := jsonscan.OpenArray(v)
+	for part, ok := a.Next(); ok; part, ok = a.Next() {
+		o := jsonscan.OpenObject(part, 0)
+		for m, ok := o.Next(); ok; m, ok = o.Next() {
+			val := part[m.VS:m.VE]
+			switch string(m.Key) {
 			case "text", "refusal", "thinking":
 				c.str(val)
 			case "input":
