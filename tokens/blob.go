@@ -522,6 +522,11 @@ func (fi fileInfo) names(kind string) bool {
 		return fi.slot == kind
 	}
 	byName := declaredKind(mime.TypeByExtension(strings.ToLower(path.Ext(fi.filename))))
+	switch mt, _, _ := strings.Cut(strings.ToLower(fi.mediaType), ";"); strings.TrimSpace(mt) {
+	case "", "application/octet-stream", "binary/octet-stream":
+		// A type that says nothing: the name says the format.
+		return byName == kind
+	}
 	return declaredKind(fi.mediaType) == kind && (fi.filename == "" || byName == kind)
 }
 

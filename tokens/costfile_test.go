@@ -51,3 +51,21 @@ func TestFileReadingsHigherCounts(t *testing.T) {
 		t.Errorf("prose with NULs in a file part: %d tokens, the prose %d", got, proseTokens)
 	}
 }
+
+// A type that says nothing leaves the name to say the format: a PDF sent
+// as application/octet-stream named report.pdf is read as a PDF only.
+func TestGenericTypeNamedFile(t *testing.T) {
+	prose := strings.Repeat("Minutes of the meeting held on the third of March were approved unanimously. ", 400)
+	pdf := fmt.Sprintf("%%PDF-1.7\n1 0 obj\n<< /Type /Catalog /Pages 2 0 R >>\nendobj\n2 0 obj\n<< /Type /Pages /Kids [3 0 R] /Count 1 >>\nendobj\n"+
+		"3 0 obj\n<< /Type /Page /Parent 2 0 R /Contents 4 0 R >>\nendobj\n4 0 obj\n<< /Length 17 >>\nstream\nBT (hi) Tj ET    \nendstream\nendobj\n"+
+		"5 0 obj\n<< /Title (%s) >>\nendobj\ntrailer\n<< /Root 1 0 R /Info 5 0 R >>\n%%%%EOF\n", prose)
+	named, ct := multipartFile(t, "report.pdf", "application/octet-stream", []byte(pdf))
+	unnamed, ct2 := multipartFile(t, "report", "application/octet-stream", []byte(pdf))
+	proseTokens := n(t, "gpt-4o", prose)
+	if got := estimateCT(t, tokens.FormatSeedChat, ct, named); got >= proseTokens/2 {
+		t.Errorf("report.pdf as octet-stream: %d tokens, the Info prose is %d", got, proseTokens)
+	}
+	if got := estimateCT(t, tokens.FormatSeedChat, ct2, unnamed); got < proseTokens {
+		t.Errorf("an unnamed octet-stream: %d tokens, its prose %d", got, proseTokens)
+	}
+}
