@@ -281,24 +281,7 @@ func (j *jsonReader) str(sink func([]byte) error) error {
 			}
 		}
 		chunk, _ := j.r.Peek(j.r.Buffered())
-		// The run of plain bytes: ASCII eight at a time, stepping byte by
-		// byte only over non-ASCII, which is then validated from its first
-		// byte on (or from the start, to complete a sequence carried over).
-		plain, firstHigh := 0, -1
-		for {
-			plain += plainASCII(chunk[plain:])
-			if plain == len(chunk) {
-				break
-			}
-			c := chunk[plain]
-			if c == '"' || c == '\\' || c < 0x20 {
-				break
-			}
-			if c >= utf8.RuneSelf && firstHigh < 0 {
-				firstHigh = plain
-			}
-			plain++
-		}
+		plain, firstHigh := plainRun(chunk)
 		if j.u8n > 0 && plain > 0 {
 			firstHigh = 0
 		}
@@ -341,36 +324,57 @@ func (j *jsonReader) str(sink func([]byte) error) error {
 		case c < 0x20:
 			return j.fail("control character in string")
 		}
-		e, err := j.readByte()
-		if err != nil {
+		if out, err = j.escape(out); err != nil {
 			return err
 		}
-		switch e {
-		case '"', '\\', '/':
-			out = append(out, e)
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'u':
-			r, err := j.hex4()
-			if err != nil {
-				return err
-			}
-			if utf16.IsSurrogate(r) {
-				r = j.lowSurrogate(r)
-			}
-			out = utf8.AppendRune(out, r)
-		default:
-			return j.fail("invalid escape")
-		}
 	}
+}
+
+// plainRun is the length of the run of plain bytes chunk starts with (up
+// to a quote, a backslash or a control character), and where its first
+// non-ASCII byte is (-1: none). ASCII is stepped over eight bytes at a
+// time; non-ASCII byte by byte, to be validated from its first byte on.
+func plainRun(chunk []byte) (plain, firstHigh int) {
+	firstHigh = -1
+	for {
+		plain += plainASCII(chunk[plain:])
+		if plain == len(chunk) {
+			return plain, firstHigh
+		}
+		c := chunk[plain]
+		if c == '"' || c == '\\' || c < 0x20 {
+			return plain, firstHigh
+		}
+		if c >= utf8.RuneSelf && firstHigh < 0 {
+			firstHigh = plain
+		}
+		plain++
+	}
+}
+
+// escapes are the one-letter escapes of JSON strings and what they stand for.
+var escapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
+// escape reads the escape after a backslash and appends what it stands for.
+func (j *jsonReader) escape(out []byte) ([]byte, error) {
+	e, err := j.readByte()
+	if err != nil {
+		return out, err
+	}
+	if c := escapes[e]; c != 0 {
+		return append(out, c), nil
+	}
+	if e != 'u' {
+		return out, j.fail("invalid escape")
+	}
+	r, err := j.hex4()
+	if err != nil {
+		return out, err
+	}
+	if utf16.IsSurrogate(r) {
+		r = j.lowSurrogate(r)
+	}
+	return utf8.AppendRune(out, r), nil
 }
 
 // consume takes n bytes already in the read buffer.
