@@ -143,53 +143,12 @@ func (ps *parser) scan(b []byte) (int, int) {
 		}
 		switch ps.st {
 		case stLine:
-			c := b[i]
-			if c == '\n' || c == '\r' {
-				i++
-				ps.fresh = true
-				ps.crEnded = c == '\r'
+			var ended bool
+			if i, ended = ps.lineStart(b, i); ended {
 				return i, kindEvent
 			}
-			if len(b)-i >= 5 && string(b[i:i+5]) == "data:" {
-				i += 5
-				ps.field, ps.st = fData, stSpace
-				continue
-			}
-			ps.st, ps.nameLen = stName, 0
 		case stName:
-			for i < len(b) {
-				c := b[i]
-				if c == ':' || c == '\n' || c == '\r' {
-					break
-				}
-				if ps.nameLen < len(ps.name) {
-					ps.name[ps.nameLen] = c
-				}
-				ps.nameLen++
-				i++
-			}
-			if i == len(b) {
-				break
-			}
-			ps.field = fOther
-			if ps.nameLen <= len(ps.name) {
-				switch string(ps.name[:ps.nameLen]) {
-				case "data":
-					ps.field = fData
-				case "event":
-					ps.field = fEvent
-				}
-			}
-			if b[i] == ':' {
-				i++
-				ps.st = stSpace
-				continue
-			}
-			// A line without a colon is a field with an empty value.
-			ps.startValue(i)
-			ps.cr = b[i] == '\r'
-			ps.st = stLine
-			i++
+			i = ps.readName(b, i)
 		case stSpace:
 			if b[i] == ' ' {
 				i++
@@ -197,37 +156,95 @@ func (ps *parser) scan(b []byte) (int, int) {
 			ps.startValue(i)
 			ps.st = stValue
 		case stValue:
-			rest := b[i:]
-			end := bytes.IndexByte(rest, '\n')
-			stop := end
-			if stop < 0 {
-				stop = len(rest)
-			}
-			if c := bytes.IndexByte(rest[:stop], '\r'); c >= 0 {
-				end, stop = c, c
-			}
-			if end >= 0 && ps.valHere && ps.field == fData && ps.dataLines == 1 && stop <= ps.maxData {
-				// The whole payload is here: read it in place.
-				ps.ref, ps.hasRef = rest[:stop], true
-				if ps.track && len(ps.segs) > 0 {
-					ps.segs[len(ps.segs)-1].n = stop
-				}
-			} else {
-				ps.value(rest[:stop])
-			}
-			if end < 0 {
-				i = len(b)
-				break
-			}
-			ps.cr = rest[end] == '\r'
-			ps.st = stLine
-			i += end + 1
+			i = ps.readValue(b, i)
 		}
 	}
 	ps.raw += len(b)
 	ps.valHere = false
 	ps.unref() // b is the caller's until the next scan
 	return len(b), kindPartial
+}
+
+// lineStart reads the start of a line at b[i]: an empty line ends the
+// event (true); "data:" starts a data field; anything else a field name.
+func (ps *parser) lineStart(b []byte, i int) (int, bool) {
+	c := b[i]
+	if c == '\n' || c == '\r' {
+		ps.fresh, ps.crEnded = true, c == '\r'
+		return i + 1, true
+	}
+	if len(b)-i >= 5 && string(b[i:i+5]) == "data:" {
+		ps.field, ps.st = fData, stSpace
+		return i + 5, false
+	}
+	ps.st, ps.nameLen = stName, 0
+	return i, false
+}
+
+// readName reads a field name from b[i] up to its colon or the end of the
+// line, and returns where it stopped.
+func (ps *parser) readName(b []byte, i int) int {
+	for i < len(b) {
+		c := b[i]
+		if c == ':' || c == '\n' || c == '\r' {
+			break
+		}
+		if ps.nameLen < len(ps.name) {
+			ps.name[ps.nameLen] = c
+		}
+		ps.nameLen++
+		i++
+	}
+	if i == len(b) {
+		return i
+	}
+	ps.field = fOther
+	if ps.nameLen <= len(ps.name) {
+		switch string(ps.name[:ps.nameLen]) {
+		case "data":
+			ps.field = fData
+		case "event":
+			ps.field = fEvent
+		}
+	}
+	if b[i] == ':' {
+		ps.st = stSpace
+		return i + 1
+	}
+	// A line without a colon is a field with an empty value.
+	ps.startValue(i)
+	ps.cr = b[i] == '\r'
+	ps.st = stLine
+	return i + 1
+}
+
+// readValue takes a field's value from b[i] to the end of its line (or of
+// b), and returns where it stopped.
+func (ps *parser) readValue(b []byte, i int) int {
+	rest := b[i:]
+	end := bytes.IndexByte(rest, '\n')
+	stop := end
+	if stop < 0 {
+		stop = len(rest)
+	}
+	if c := bytes.IndexByte(rest[:stop], '\r'); c >= 0 {
+		end, stop = c, c
+	}
+	if end >= 0 && ps.valHere && ps.field == fData && ps.dataLines == 1 && stop <= ps.maxData {
+		// The whole payload is here: read it in place.
+		ps.ref, ps.hasRef = rest[:stop], true
+		if ps.track && len(ps.segs) > 0 {
+			ps.segs[len(ps.segs)-1].n = stop
+		}
+	} else {
+		ps.value(rest[:stop])
+	}
+	if end < 0 {
+		return len(b)
+	}
+	ps.cr = rest[end] == '\r'
+	ps.st = stLine
+	return i + end + 1
 }
 
 // startValue begins the value of the current field, at offset i of the
