@@ -42,35 +42,9 @@ type xmlCapture struct {
 // formed up to where the reading stops: one root element, no text
 // outside it.
 func readXML(r io.Reader, declared bool, charset string, names []string, vals []Value) error {
-	br := bufio.NewReaderSize(r, 16<<10)
-	head, _ := br.Peek(512)
-	if xmlInOtherEncoding(head) {
-		return errNotUTF8XML
-	}
-	if strings.HasPrefix(string(head), "\xef\xbb\xbf") {
-		br.Discard(3) // UTF-8's byte order mark, which XML allows
-	}
-	for {
-		b, err := br.Peek(1)
-		if err != nil {
-			return nil // empty, or white space only: no element
-		}
-		if isXMLSpace(b[0]) {
-			br.Discard(1)
-			continue
-		}
-		if b[0] != '<' && !declared {
-			return nil // not XML
-		}
-		break
-	}
-	var src io.Reader = br
-	switch strings.ToLower(charset) {
-	case "", "utf-8", "utf8":
-	case "us-ascii", "ascii":
-		src = asciiReader{br}
-	default:
-		return errNotUTF8XML
+	src, err := xmlSource(r, declared, charset)
+	if src == nil || err != nil {
+		return err
 	}
 	badCharset := false
 	d := xml.NewDecoder(src)
@@ -135,6 +109,41 @@ func readXML(r io.Reader, declared bool, charset string, names []string, vals []
 		}
 	}
 	return nil
+}
+
+// xmlSource is the body as the XML decoder should read it: past a UTF-8
+// byte order mark, checked for ASCII when the charset says so. It is nil
+// (with no error) for a body that is empty, white space, or does not start
+// like XML and was not declared XML; errNotUTF8XML for other encodings.
+func xmlSource(r io.Reader, declared bool, charset string) (io.Reader, error) {
+	br := bufio.NewReaderSize(r, 16<<10)
+	head, _ := br.Peek(512)
+	if xmlInOtherEncoding(head) {
+		return nil, errNotUTF8XML
+	}
+	if strings.HasPrefix(string(head), "\xef\xbb\xbf") {
+		br.Discard(3) // UTF-8's byte order mark, which XML allows
+	}
+	for {
+		b, err := br.Peek(1)
+		if err != nil {
+			return nil, nil // empty, or white space only: no element
+		}
+		if !isXMLSpace(b[0]) {
+			if b[0] != '<' && !declared {
+				return nil, nil // not XML
+			}
+			break
+		}
+		br.Discard(1)
+	}
+	switch strings.ToLower(charset) {
+	case "", "utf-8", "utf8":
+		return br, nil
+	case "us-ascii", "ascii":
+		return asciiReader{br}, nil
+	}
+	return nil, errNotUTF8XML
 }
 
 func capturing(active []xmlCapture, i int) bool {
