@@ -2,13 +2,14 @@ package tests
 
 import (
 	"bytes"
-	"compress/zlib"
 	"encoding/base64"
 	"fmt"
 	"mime/multipart"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/testpdf"
 )
 
 // Costing is bounded work: a body whose costing would run past the bound
@@ -34,8 +35,8 @@ func TestCostBoundEndToEnd(t *testing.T) {
 		t.Fatalf("a small form was not forwarded as sent")
 	}
 
-	// A PDF of one page whose content inflates to 64 MiB, 60 KB sent.
-	bomb := chatPDF(pdfInflating(64 << 20))
+	// A PDF with a stream inflating to 64 MiB, 64 KB sent.
+	bomb := chatPDF(testpdf.Inflating(64 << 20))
 	r = p.do(t, http.MethodPost, p.url("/v1/chat/completions"), bomb)
 	wantStatus(t, r, http.StatusRequestEntityTooLarge)
 	if rec.count() != before+1 {
@@ -63,27 +64,6 @@ func formOf(fields int) ([]byte, string) {
 	}
 	w.Close()
 	return b.Bytes(), w.FormDataContentType()
-}
-
-// pdfInflating is a one-page PDF whose content stream inflates to size.
-func pdfInflating(size int) []byte {
-	var z bytes.Buffer
-	zw, _ := zlib.NewWriterLevel(&z, zlib.BestCompression)
-	zw.Write(bytes.Repeat([]byte("0 0 m "), size/6))
-	zw.Close()
-	objs := []string{
-		"<< /Type /Catalog /Pages 2 0 R >>",
-		"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-		"<< /Type /Page /Parent 2 0 R /Contents 4 0 R >>",
-		fmt.Sprintf("<< /Filter /FlateDecode /Length %d >>\nstream\n%s\nendstream", z.Len(), z.Bytes()),
-	}
-	var out bytes.Buffer
-	out.WriteString("%PDF-1.7\n")
-	for i, o := range objs {
-		fmt.Fprintf(&out, "%d 0 obj\n%s\nendobj\n", i+1, o)
-	}
-	out.WriteString("trailer\n<< /Root 1 0 R >>\n%%EOF\n")
-	return out.Bytes()
 }
 
 func chatPDF(pdf []byte) []byte {

@@ -2,7 +2,6 @@ package tokens_test
 
 import (
 	"bytes"
-	"compress/zlib"
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/testpdf"
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
 )
 
@@ -28,103 +28,31 @@ type hostile struct {
 	body   []byte
 }
 
-func zlibBytes(b []byte) []byte {
-	var z bytes.Buffer
-	zw, _ := zlib.NewWriterLevel(&z, zlib.BestCompression)
-	zw.Write(b)
-	zw.Close()
-	return z.Bytes()
-}
-
-// pdfOf lays objs out as a PDF (object i+1 is objs[i], 1 the catalog)
-// with a classic xref table.
-func pdfOf(objs []string) []byte {
-	var out bytes.Buffer
-	out.WriteString("%PDF-1.7\n")
-	offs := make([]int, len(objs))
-	for i, o := range objs {
-		offs[i] = out.Len()
-		fmt.Fprintf(&out, "%d 0 obj\n%s\nendobj\n", i+1, o)
-	}
-	x := out.Len()
-	fmt.Fprintf(&out, "xref\n0 %d\n0000000000 65535 f \n", len(objs)+1)
-	for _, o := range offs {
-		fmt.Fprintf(&out, "%010d 00000 n \n", o)
-	}
-	fmt.Fprintf(&out, "trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n", len(objs)+1, x)
-	return out.Bytes()
-}
-
-func stream(dict string, data []byte) string {
-	return fmt.Sprintf("<< %s /Length %d >>\nstream\n%s\nendstream", dict, len(data), data)
-}
-
-// pdfObjStmFonts is one page using n fonts that all live in one object
-// stream, each with a ToUnicode CMap: a reader that decodes the object
-// stream again for every object it takes from it does n² work.
-func pdfObjStmFonts(n int) []byte {
-	// 1 catalog, 2 pages, 3 page, 4 content, 5 cmap, 6 objstm (fonts 7…)
-	var fonts, content strings.Builder
-	var index, objs strings.Builder
-	content.WriteString("BT 12 TL 72 720 Td\n")
-	for i := 0; i < n; i++ {
-		id := 7 + i
-		fmt.Fprintf(&fonts, "/F%d %d 0 R ", i, id)
-		fmt.Fprintf(&content, "/F%d 12 Tf (font %d) Tj T*\n", i, i)
-		fmt.Fprintf(&index, "%d %d ", id, objs.Len())
-		objs.WriteString("<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /ToUnicode 5 0 R >> ")
-	}
-	content.WriteString("ET\n")
-	cmap := "/CIDInit /ProcSet findresource begin 12 dict begin begincmap 1 begincodespacerange <00> <FF> endcodespacerange 1 beginbfrange <20> <7E> <0020> endbfrange endcmap end end"
-	objstm := index.String() + objs.String()
-	return pdfOf([]string{
-		"<< /Type /Catalog /Pages 2 0 R >>",
-		"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-		"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << " + fonts.String() + ">> >> /Contents 4 0 R >>",
-		stream("/Filter /FlateDecode", zlibBytes([]byte(content.String()))),
-		stream("/Filter /FlateDecode", zlibBytes([]byte(cmap))),
-		stream(fmt.Sprintf("/Type /ObjStm /N %d /First %d /Filter /FlateDecode", n, len(index.String())), zlibBytes([]byte(objstm))),
-	})
-}
-
-// pdfPages is n pages sharing one content stream.
-func pdfPages(n int) []byte {
-	objs := []string{"<< /Type /Catalog /Pages 2 0 R >>", "", stream("", []byte("BT /F1 12 Tf (x) Tj ET")),
-		"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"}
-	var kids strings.Builder
-	for i := 0; i < n; i++ {
-		fmt.Fprintf(&kids, "%d 0 R ", 5+i)
-		objs = append(objs, "<< /Type /Page /Parent 2 0 R /Resources << /Font << /F1 4 0 R >> >> /Contents 3 0 R >>")
-	}
-	objs[1] = fmt.Sprintf("<< /Type /Pages /Kids [%s] /Count %d >>", kids.String(), n)
-	return pdfOf(objs)
-}
-
 // pdfBomb is one page whose content inflates to size bytes, through
 // depth Flate filters.
 func pdfBomb(size, depth int) []byte {
 	data := bytes.Repeat([]byte("0 0 m "), size/6)
 	filters := ""
 	for range depth {
-		data = zlibBytes(data)
+		data = testpdf.Zlib(data)
 		filters += "/FlateDecode "
 	}
-	return pdfOf([]string{
+	return testpdf.File([]string{
 		"<< /Type /Catalog /Pages 2 0 R >>",
 		"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
 		"<< /Type /Page /Parent 2 0 R /Contents 4 0 R >>",
-		stream("/Filter ["+filters+"]", data),
+		testpdf.Stream("/Filter ["+filters+"]", data),
 	})
 }
 
 // pdfManyStreams is n tiny unreferenced streams that each inflate 1000×.
 func pdfManyStreams(n int) []byte {
-	z := zlibBytes(make([]byte, 64<<10))
+	z := testpdf.Zlib(make([]byte, 64<<10))
 	objs := []string{"<< /Type /Catalog /Pages 2 0 R >>", "<< /Type /Pages /Kids [] /Count 0 >>"}
 	for range n {
-		objs = append(objs, stream("/Filter /FlateDecode", z))
+		objs = append(objs, testpdf.Stream("/Filter /FlateDecode", z))
 	}
-	return pdfOf(objs)
+	return testpdf.File(objs)
 }
 
 func chatFile(filename string, data []byte) []byte {
@@ -174,12 +102,12 @@ func hostileCorpus() []hostile {
 		c = append(c, hostile{name, f, ct, body})
 	}
 	js := "application/json"
-	add("pdf objstm 2000 fonts", tokens.FormatChat, js, chatFile("a.pdf", pdfObjStmFonts(2000)))
-	add("pdf 6000 pages", tokens.FormatChat, js, chatFile("a.pdf", pdfPages(6000)))
-	add("pdf bomb 30 MiB", tokens.FormatChat, js, chatFile("a.pdf", pdfBomb(30<<20, 1)))
+	add("pdf objstm 2000 fonts", tokens.FormatChat, js, chatFile("a.pdf", testpdf.ObjStmFonts(2000, 0)))
+	add("pdf 6000 pages", tokens.FormatChat, js, chatFile("a.pdf", testpdf.ManyPages(6000)))
+	add("pdf bomb 30 MiB", tokens.FormatChat, js, chatFile("a.pdf", testpdf.Inflating(30<<20)))
 	add("pdf bomb chained x3", tokens.FormatChat, js, chatFile("a.pdf", pdfBomb(64<<20, 3)))
 	add("pdf 2000 inflating streams", tokens.FormatChat, js, chatFile("a.pdf", pdfManyStreams(2000)))
-	mp, ct := multipartOf(0, pdfObjStmFonts(2000), "a.pdf", "application/pdf")
+	mp, ct := multipartOf(0, testpdf.ObjStmFonts(2000, 0), "a.pdf", "application/pdf")
 	add("multipart pdf objstm", tokens.FormatSeedChat, ct, mp)
 	mp, ct = multipartOf(200000, nil, "", "")
 	add("multipart 200k tiny fields", tokens.FormatSeedChat, ct, mp)

@@ -332,30 +332,27 @@ const maxTries = 8
 // LastObject finds, searching backwards, the last occurrence of the key
 // (given with its quotes) followed by ':' and an object that ends within b,
 // and returns that object (nil after maxTries occurrences). It is how a
-// usage object is found in the tail of a body too large to keep Whole.
+// usage object is found in the tail of a body too large to keep whole.
 func LastObject(b []byte, key string) []byte {
-	end := len(b)
-	for range maxTries {
-		j := bytes.LastIndex(b[:end], []byte(key))
-		if j < 0 {
-			return nil
+	return lastValue(b, key, func(k int) (int, bool) {
+		if b[k] != '{' {
+			return 0, false
 		}
-		k := SkipSpace(b, j+len(key))
-		if k < len(b) && b[k] == ':' {
-			k = SkipSpace(b, k+1)
-			if k < len(b) && b[k] == '{' {
-				if e, ok := SkipContainer(b, k); ok {
-					return b[k:e]
-				}
-			}
-		}
-		end = j
-	}
-	return nil
+		return SkipContainer(b, k)
+	})
 }
 
 // LastNumber is LastObject for a number value.
 func LastNumber(b []byte, key string) []byte {
+	return lastValue(b, key, func(k int) (int, bool) {
+		e, ok := SkipValue(b, k)
+		return e, ok && e < len(b) && (b[k] == '-' || b[k] >= '0' && b[k] <= '9')
+	})
+}
+
+// lastValue is the last value after key and ':' that value (given the
+// index where it starts, within b) accepts, returning where it ends.
+func lastValue(b []byte, key string, value func(k int) (int, bool)) []byte {
 	end := len(b)
 	for range maxTries {
 		j := bytes.LastIndex(b[:end], []byte(key))
@@ -364,9 +361,10 @@ func LastNumber(b []byte, key string) []byte {
 		}
 		k := SkipSpace(b, j+len(key))
 		if k < len(b) && b[k] == ':' {
-			k = SkipSpace(b, k+1)
-			if e, ok := SkipValue(b, k); ok && e < len(b) && (b[k] == '-' || b[k] >= '0' && b[k] <= '9') {
-				return b[k:e]
+			if k = SkipSpace(b, k+1); k < len(b) {
+				if e, ok := value(k); ok {
+					return b[k:e]
+				}
 			}
 		}
 		end = j

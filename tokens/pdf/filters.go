@@ -190,11 +190,19 @@ func isImage(f name, data []byte) bool {
 	return true
 }
 
+// decoderSetup is the steps a decoder's start costs.
+const decoderSetup = 1000
+
 // drain reads src to its end, taking every byte from the budget, and
 // cost steps every four bytes (what the decoder spends on them). ok is
 // false when src broke off (the data before is returned) or the budget is
 // spent.
 func (r *reader) drain(src io.Reader, hint, cost int) ([]byte, bool) {
+	// Starting a decoder costs as much as decoding a few KiB (its state,
+	// its first buffer): a file of many tiny streams pays for each.
+	if !r.b.step(decoderSetup) {
+		return nil, false
+	}
 	buf := make([]byte, 0, min(max(hint, 512), 1<<20, int(max(r.b.bytes, 0))+512))
 	for {
 		if len(buf) == cap(buf) {
