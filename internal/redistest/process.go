@@ -107,7 +107,16 @@ func (n *Node) kill() error {
 	case <-time.After(5 * time.Second):
 		return fmt.Errorf("%s (pid %d) did not exit 5s after SIGKILL", n, p.cmd.Process.Pid)
 	}
-	if err := groupGone(p.cmd.Process.Pid); err != nil {
+	// A child forked for replication (a BGSAVE to a replica) was killed
+	// with the group, but it is only gone once its new parent has reaped
+	// it: give that a moment before calling it a leak.
+	var err error
+	for wait := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if err = groupGone(p.cmd.Process.Pid); err == nil || time.Now().After(wait) {
+			break
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("%s: %w", n, err)
 	}
 	return nil
