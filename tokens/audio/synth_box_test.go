@@ -111,37 +111,7 @@ func sttsBox(pairs ...uint32) []byte {
 	return fullBox("stts", 0, 0, b)
 }
 
-// aacTrack is a trak of AAC at the rate with n samples: its mdhd says
-// mdhdDur (in units of scale) and its stts pairs.
-func aacTrack(id uint32, scale uint32, mdhdDur uint64, config []byte, n uint32, stts ...uint32) []byte {
-	stbl := box("stbl",
-		fullBox("stsd", 0, 0, u32(1), mp4a(0, 44100, esds(0x40, config))),
-		sttsBox(stts...),
-		fullBox("stsc", 0, 0, u32(0)),
-		fullBox("stsz", 0, 0, u32(0), u32(n), make([]byte, 4*n)),
-		fullBox("stco", 0, 0, u32(0)),
-	)
-	return box("trak",
-		fullBox("tkhd", 0, 3, u32(0), u32(0), u32(id), make([]byte, 72)),
-		box("mdia",
-			timeBox("mdhd", 0, scale, mdhdDur),
-			fullBox("hdlr", 0, 0, u32(0), []byte("soun"), make([]byte, 13)),
-			box("minf", box("smhd", make([]byte, 8)), stbl),
-		),
-	)
-}
-
 var ftyp = box("ftyp", []byte("M4A \x00\x00\x02\x00isomiso2"))
-
-// mdat is a media box of n bytes of payload; with large, its size is in
-// the 64-bit form.
-func mdat(n int, large bool) []byte {
-	if large {
-		b := append(u32(1), "mdat"...)
-		return append(append(b, u64(uint64(16+n))...), make([]byte, n)...)
-	}
-	return box("mdat", make([]byte, n))
-}
 
 // ebml is an element: its ID's bytes, its size in sizeLen bytes (0: the
 // shortest; -1: unknown, in 8 bytes), the body.

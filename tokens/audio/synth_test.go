@@ -145,17 +145,6 @@ func (f mpeg) header() []byte {
 	}
 }
 
-// samples is the frame's sample count.
-func (f mpeg) samples() int {
-	switch {
-	case f.layer == 1:
-		return 384
-	case f.layer == 3 && f.ver != 3:
-		return 576
-	}
-	return 1152
-}
-
 // size is the frame's length in bytes.
 func (f mpeg) size() int {
 	pad := 0
@@ -169,11 +158,6 @@ func (f mpeg) size() int {
 		return 72*f.kbps*1000/f.rate + pad
 	}
 	return 144*f.kbps*1000/f.rate + pad
-}
-
-// dur is the frame's duration.
-func (f mpeg) dur() time.Duration {
-	return time.Duration(float64(f.samples()) / float64(f.rate) * float64(time.Second))
 }
 
 // bytes is the whole frame with a constant payload.

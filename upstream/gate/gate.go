@@ -348,7 +348,6 @@ type Ticket struct {
 	// caller knows better): no retry is waited for past MaxWait after it.
 	Arrived  time.Time
 	released atomic.Bool
-	attempts int
 }
 
 // Group is the ticket's group.
