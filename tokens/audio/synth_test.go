@@ -3,7 +3,6 @@ package audio
 import (
 	"bytes"
 	"encoding/binary"
-	"time"
 )
 
 // This file builds small audio streams for the tests, from the format
