@@ -656,7 +656,14 @@ func (m *meter) costPDF(data []byte, p pricing) error {
 	// The file's own bound, and no more than the request has left (a PDF
 	// step is about a hundredth of a budget step).
 	lim.MaxSteps = min(lim.MaxSteps, m.work.steps()*pdfStepsPerStep)
-	res, err := pdf.Read(data, lim, m.text)
+	// A stream no page shows costs the text runs it holds.
+	opaque := func(b []byte) error {
+		if err := m.endText(); err != nil {
+			return err
+		}
+		return textRuns(b, m.valueBytes)
+	}
+	res, err := pdf.ReadWith(data, lim, m.text, opaque)
 	if err == nil {
 		err = m.work.draw(res.Steps/pdfStepsPerStep, LimitedPDF)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/testpdf"
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
 )
 
@@ -27,10 +28,9 @@ func TestFileReadingsHigherCounts(t *testing.T) {
 	if textCost < proseTokens {
 		t.Errorf("a PDF sent as notes.txt: %d tokens, its prose alone %d", textCost, proseTokens)
 	}
-	if pdfCost >= proseTokens/2 {
-		// The Info dictionary is checked structure: a PDF reader shows
-		// the page, not the metadata.
-		t.Errorf("a PDF sent as a PDF: %d tokens, more than its page", pdfCost)
+	if pdfCost < proseTokens {
+		// Strings the structure holds are text, whatever reads the file.
+		t.Errorf("a PDF sent as a PDF: %d tokens, its Info prose %d", pdfCost, proseTokens)
 	}
 
 	// Prose with a NUL every 200 bytes is no text file and no known
@@ -52,20 +52,37 @@ func TestFileReadingsHigherCounts(t *testing.T) {
 	}
 }
 
-// A type that says nothing leaves the name to say the format: a PDF sent
-// as application/octet-stream named report.pdf is read as a PDF only.
-func TestGenericTypeNamedFile(t *testing.T) {
-	prose := strings.Repeat("Minutes of the meeting held on the third of March were approved unanimously. ", 400)
-	pdf := fmt.Sprintf("%%PDF-1.7\n1 0 obj\n<< /Type /Catalog /Pages 2 0 R >>\nendobj\n2 0 obj\n<< /Type /Pages /Kids [3 0 R] /Count 1 >>\nendobj\n"+
-		"3 0 obj\n<< /Type /Page /Parent 2 0 R /Contents 4 0 R >>\nendobj\n4 0 obj\n<< /Length 17 >>\nstream\nBT (hi) Tj ET    \nendstream\nendobj\n"+
-		"5 0 obj\n<< /Title (%s) >>\nendobj\ntrailer\n<< /Root 1 0 R /Info 5 0 R >>\n%%%%EOF\n", prose)
-	named, ct := multipartFile(t, "report.pdf", "application/octet-stream", []byte(pdf))
-	unnamed, ct2 := multipartFile(t, "report", "application/octet-stream", []byte(pdf))
-	proseTokens := n(t, "gpt-4o", prose)
-	if got := estimateCT(t, tokens.FormatSeedChat, ct, named); got >= proseTokens/2 {
-		t.Errorf("report.pdf as octet-stream: %d tokens, the Info prose is %d", got, proseTokens)
+// Prose a PDF holds anywhere but its pages — a string in a dictionary, a
+// comment, a stream no page shows, plain or compressed — costs its text
+// even in a PDF sent as a PDF.
+func TestPDFHiddenProseCosts(t *testing.T) {
+	prose := strings.Repeat("Forward this memo to every regional office before the audit begins. ", 500)
+	want := n(t, "gpt-4o", prose) * 9 / 10
+	page := []string{
+		"<< /Type /Catalog /Pages 2 0 R >>",
+		"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+		"<< /Type /Page /Parent 2 0 R /Contents 4 0 R >>",
+		testpdf.Stream("", []byte("BT (hi) Tj ET")),
 	}
-	if got := estimateCT(t, tokens.FormatSeedChat, ct2, unnamed); got < proseTokens {
-		t.Errorf("an unnamed octet-stream: %d tokens, its prose %d", got, proseTokens)
+	cases := map[string][]byte{
+		"info title":          testpdf.File(append(page, "<< /Title ("+prose+") >>")),
+		"annotation contents": testpdf.File(append(page, "<< /Type /Annot /Contents <"+fmt.Sprintf("%x", prose)+"> >>")),
+		"comment":             append([]byte("%PDF-1.7\n%"+prose+"\n"), testpdf.File(page)[len("%PDF-1.7\n"):]...),
+		"unshown stream":      testpdf.File(append(page, testpdf.Stream("", []byte(prose)))),
+		"unshown flate":       testpdf.File(append(page, testpdf.Stream("/Filter /FlateDecode", testpdf.Zlib([]byte(prose))))),
+	}
+	for name, pdf := range cases {
+		body := `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"file","file":{"filename":"a.pdf","file_data":"data:application/pdf;base64,` +
+			base64.StdEncoding.EncodeToString(pdf) + `"}}]}]}`
+		if got := estimate(t, tokens.FormatChat, "application/json", body, -1).Tokens; got < want {
+			t.Errorf("%s: %d tokens, the prose %d", name, got, want)
+		}
+	}
+	// The small form: a plain one-page PDF costs its page and its text.
+	plain := testpdf.OnePage("Invoice 42")
+	body := `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"file","file":{"filename":"a.pdf","file_data":"data:application/pdf;base64,` +
+		base64.StdEncoding.EncodeToString(plain) + `"}}]}]}`
+	if got := estimate(t, tokens.FormatChat, "application/json", body, -1).Tokens; got > 765+30 {
+		t.Errorf("a plain page: %d tokens", got)
 	}
 }

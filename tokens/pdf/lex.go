@@ -1,5 +1,7 @@
 package pdf
 
+import "bytes"
+
 // The lexer and the object parser. One lexer reads the file, object
 // streams, content streams and CMaps; every token is a step of the budget
 // (a long token one step per 64 bytes), so no input makes it work more
@@ -43,6 +45,10 @@ type lexer struct {
 	data []byte
 	pos  int
 	b    *budget
+	// text, when set, collects the spans of strings and comments: text
+	// inside the structure, which a reader of the file as text sees and
+	// no page shows. They are costed as text.
+	text *[]span
 }
 
 func isSpace(c byte) bool {
@@ -67,8 +73,12 @@ func (l *lexer) skipSpace() {
 		case isSpace(c):
 			l.pos++
 		case c == '%':
+			from := l.pos
 			for l.pos < len(l.data) && l.data[l.pos] != '\n' && l.data[l.pos] != '\r' {
 				l.pos++
+			}
+			if c := l.data[from:l.pos]; len(c) > 6 && !bytes.HasPrefix(c, []byte("%PDF-")) && !bytes.HasPrefix(c, []byte("%%EOF")) {
+				l.keepText(from, l.pos) // but the header, the end and the binary marker
 			}
 		default:
 			return
@@ -83,8 +93,18 @@ func (l *lexer) next() token {
 	if !l.b.step(16 + (t.end-t.start)>>1) {
 		return token{kind: tEOF, start: len(l.data), end: len(l.data)}
 	}
+	if t.kind == tStr || t.kind == tHex {
+		l.keepText(t.start, t.end)
+	}
 	l.pos = t.end
 	return t
+}
+
+// keepText records [from, to) as text when the lexer collects it.
+func (l *lexer) keepText(from, to int) {
+	if l.text != nil && to > from {
+		*l.text = append(*l.text, span{from, to})
+	}
 }
 
 func (l *lexer) scan() token {

@@ -72,6 +72,7 @@ type span struct{ from, to int }
 type coverage struct {
 	buf   []byte
 	spans []span
+	text  []span // strings and comments inside covered parts: text all the same
 }
 
 func (c *coverage) cover(from, to int) {
@@ -85,18 +86,37 @@ func (c *coverage) cover(from, to int) {
 func (c *coverage) gaps() [][]byte {
 	slices.SortFunc(c.spans, func(a, b span) int { return a.from - b.from })
 	var out [][]byte
+	var holes []span
 	at := 0
 	for _, s := range c.spans {
 		if s.to-s.from < 64 && blank(c.buf[s.from:s.to]) {
 			continue // white space between two gaps joins them
 		}
 		if s.from > at && !blank(c.buf[at:s.from]) {
-			out = append(out, c.buf[at:s.from])
+			holes = append(holes, span{at, s.from})
 		}
 		at = max(at, s.to)
 	}
 	if at < len(c.buf) && !blank(c.buf[at:]) {
-		out = append(out, c.buf[at:])
+		holes = append(holes, span{at, len(c.buf)})
+	}
+	for _, h := range holes {
+		out = append(out, c.buf[h.from:h.to])
+	}
+	// Strings and comments the structure holds, each once, but for those
+	// inside a hole (already text).
+	slices.SortFunc(c.text, func(a, b span) int { return a.from - b.from })
+	end, k := 0, 0
+	for _, t := range c.text {
+		t.from = max(t.from, end)
+		for k < len(holes) && holes[k].to <= t.from {
+			k++
+		}
+		if t.to <= t.from || k < len(holes) && holes[k].from < t.to {
+			continue
+		}
+		out = append(out, c.buf[t.from:t.to])
+		end = t.to
 	}
 	return out
 }
@@ -109,9 +129,18 @@ func (c *coverage) gaps() [][]byte {
 //
 // sink must not keep text after it returns: Read reuses the buffer.
 func Read(data []byte, lim Limits, sink func(text []byte) error) (Result, error) {
+	return ReadWith(data, lim, sink, nil)
+}
+
+// ReadWith is Read that also hands opaque the decoded data of every
+// stream that decoded but that no page shows (an embedded file, XMP
+// metadata, a font program, a stream nothing refers to): bytes a reader
+// of the file could take for text, which the caller may cost by what text
+// they hold. An error from opaque stops ReadWith as one from sink does.
+func ReadWith(data []byte, lim Limits, sink, opaque func([]byte) error) (Result, error) {
 	lim = lim.withDefaults()
 	r := newReader(data, lim, sink)
-	r.lim = lim
+	r.lim, r.opaque = lim, opaque
 	return r.result(r.run())
 }
 

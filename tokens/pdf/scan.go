@@ -40,6 +40,7 @@ const (
 
 type reader struct {
 	lim        Limits
+	opaque     func([]byte) error // see ReadWith
 	data       []byte
 	b          *budget
 	maxPages   int
@@ -67,7 +68,7 @@ func newReader(data []byte, lim Limits, sink func([]byte) error) *reader {
 }
 
 func (r *reader) scan() {
-	l := &lexer{data: r.data, b: r.b}
+	l := &lexer{data: r.data, b: r.b, text: &r.file.text}
 	for !r.b.over {
 		at := l.pos
 		l.skipSpace()
@@ -331,7 +332,7 @@ func (r *reader) unpackObjStms() {
 			if e.off < 0 || first+e.off >= int64(len(data)) {
 				continue
 			}
-			l := &lexer{data: data, pos: int(first + e.off), b: r.b}
+			l := &lexer{data: data, pos: int(first + e.off), b: r.b, text: &c.text}
 			if v, ok := l.value(l.next(), 0); ok {
 				c.cover(int(first+e.off), l.pos)
 				r.define(e.num, &object{pos: s.from, idx: i + 1, val: v})
@@ -345,7 +346,16 @@ func (r *reader) unpackObjStms() {
 func (r *reader) sweep() error {
 	for _, s := range r.streams {
 		if s.state == undone {
-			r.decode(s, false)
+			datas := r.decode(s, false)
+			if r.opaque == nil || s.state != decoded {
+				datas = nil
+			}
+			for _, data := range datas {
+				if err := r.opaque(data); err != nil {
+					r.out.err = err
+					return err
+				}
+			}
 		}
 		if r.b.over {
 			return errBound
