@@ -2,8 +2,10 @@ package tokens
 
 import (
 	"bytes"
+	"compress/zlib"
 	"encoding/base64"
 	"errors"
+	"io"
 	"mime"
 	"net/url"
 	"path"
@@ -594,7 +596,34 @@ func (m *meter) costImage(data []byte, detail string, p pricing) error {
 			return err
 		}
 	}
+	for _, s := range l.packed {
+		if err := m.inflatedRuns(data[s.from:s.to]); err != nil {
+			return err
+		}
+	}
 	return m.valueBytes(data[l.end:])
+}
+
+// inflatedRuns costs the text runs of a zlib stream's output, read a
+// piece at a time; each piece draws on the work budget.
+func (m *meter) inflatedRuns(z []byte) error {
+	zr, err := zlib.NewReader(bytes.NewReader(z))
+	if err != nil {
+		return nil // not zlib: its bytes were costed as they are
+	}
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := io.ReadFull(zr, buf)
+		if werr := m.work.draw(int64(n>>10)+1, LimitedImage); werr != nil {
+			return werr
+		}
+		if rerr := textRuns(buf[:n], m.valueBytes); rerr != nil {
+			return rerr
+		}
+		if err != nil {
+			return nil // its end, or damage: what came before counted
+		}
+	}
 }
 
 // minTextRun is the shortest run of text textRuns hands on. In random

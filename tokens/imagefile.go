@@ -28,6 +28,7 @@ type imageLayout struct {
 	end           int    // [0, end) is checked structure; what follows is not the image
 	text          []span // free text inside the structure: costed as text
 	data          []span // pixel data: costed as text too when its bytes are text
+	packed        []span // zlib-compressed free text (PNG zTXt, iTXt): costed as the text it inflates to
 }
 
 // readImage walks data as a PNG, JPEG, GIF or WebP file, by its
@@ -69,8 +70,16 @@ func walkPNG(data []byte) imageLayout {
 			l.height = int(binary.BigEndian.Uint32(data[body+4:]))
 		case t == "IDAT" || t == "fdAT":
 			l.data = append(l.data, span{body, body + n})
-		case t == "tEXt" || t == "zTXt" || t == "iTXt" || t == "eXIf":
+		case t == "PLTE" || t == "IEND":
+		default:
+			// Every other chunk (text, EXIF, private ones) may carry
+			// text; compressed text is read as what it inflates to.
 			l.text = append(l.text, span{body, body + n})
+			if t == "zTXt" || t == "iTXt" {
+				if z := zlibStart(data[body : body+n]); z >= 0 {
+					l.packed = append(l.packed, span{body + z, body + n})
+				}
+			}
 		}
 		off = body + n + 4
 		l.end = off
@@ -79,6 +88,20 @@ func walkPNG(data []byte) imageLayout {
 		}
 	}
 	return l
+}
+
+// zlibStart is where a zlib stream starts in a zTXt or iTXt chunk's data:
+// the first zlib header after the keyword's NUL, within the few short
+// fields (flags, language tag, translated keyword) that may come between
+// (-1: none).
+func zlibStart(b []byte) int {
+	k := bytes.IndexByte(b, 0)
+	for i := k + 1; k >= 0 && i+1 < len(b) && i <= k+260; i++ {
+		if b[i] == 0x78 && (uint16(b[i])<<8|uint16(b[i+1]))%31 == 0 {
+			return i
+		}
+	}
+	return -1
 }
 
 func isChunkType(t []byte) bool {

@@ -2,6 +2,7 @@ package tokens_test
 
 import (
 	"bytes"
+	"compress/zlib"
 	"encoding/base64"
 	"hash/crc32"
 	"image"
@@ -177,3 +178,43 @@ func estimateCT(t testing.TB, f tokens.Format, ct, body string) int {
 }
 
 func crc32IEEE(b []byte) uint32 { return crc32.ChecksumIEEE(b) }
+
+// pngWithChunk puts a chunk of type typ and data body after IHDR, with a
+// right CRC.
+func pngWithChunk(p []byte, typ string, body []byte) []byte {
+	var chunk bytes.Buffer
+	n := len(body)
+	chunk.Write([]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
+	typed := append([]byte(typ), body...)
+	chunk.Write(typed)
+	c := crc32.ChecksumIEEE(typed)
+	chunk.Write([]byte{byte(c >> 24), byte(c >> 16), byte(c >> 8), byte(c)})
+	ihdrEnd := 8 + 8 + 13 + 4
+	out := append([]byte{}, p[:ihdrEnd]...)
+	out = append(out, chunk.Bytes()...)
+	return append(out, p[ihdrEnd:]...)
+}
+
+// Prose in any chunk of a valid PNG — a private one, or compressed text —
+// costs its text in an image slot too.
+func TestPNGChunksOfProse(t *testing.T) {
+	prose := strings.Repeat("Ship the quarterly numbers to the board together with the risk summary. ", 400)
+	want := n(t, "gpt-4o", prose) * 9 / 10
+	real := encoded(t, "png", 32, 32)
+	var z bytes.Buffer
+	zw := zlib.NewWriter(&z)
+	zw.Write([]byte(prose))
+	zw.Close()
+	cases := map[string][]byte{
+		"private prVt": pngWithChunk(real, "prVt", []byte(prose)),
+		"zTXt":         pngWithChunk(real, "zTXt", append([]byte("Comment\x00\x00"), z.Bytes()...)),
+		"iTXt packed":  pngWithChunk(real, "iTXt", append([]byte("Comment\x00\x01\x00\x00\x00"), z.Bytes()...)),
+	}
+	for name, data := range cases {
+		for slot, d := range imageDresses(base64.StdEncoding.EncodeToString(data), "image/png") {
+			if got := estimate(t, d.f, "application/json", d.body, -1).Tokens; got < want {
+				t.Errorf("%s in %s: %d tokens, the prose %d", name, slot, got, want)
+			}
+		}
+	}
+}

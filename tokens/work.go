@@ -32,10 +32,11 @@ const (
 	LimitedMultipart = "multipart_parts"
 	LimitedPDF       = "pdf"
 	LimitedAudio     = "audio"
+	LimitedImage     = "image"
 )
 
 // LimitReasons are every reason Estimate.Limited may hold.
-var LimitReasons = []string{LimitedMultipart, LimitedPDF, LimitedAudio}
+var LimitReasons = []string{LimitedMultipart, LimitedPDF, LimitedAudio, LimitedImage}
 
 // errWork unwinds a costing whose budget ran out.
 var errWork = errors.New("costing work bound reached")
