@@ -120,9 +120,9 @@ func (p *pass) first() error {
 		switch {
 		case p.full || len(f.JSON) > 0:
 			// Duplicates can hide anywhere: the whole document is walked.
-			p.model, err = jsonFields(p.open(), f.JSON, p.values.JSON, p.full)
+			p.model, err = jsonFields(p.open(), f.JSON, p.values.JSON, p.full, p.work)
 		case needModel:
-			p.model, err = jsonModel(p.open())
+			p.model, err = jsonModel(p.open(), p.work)
 		}
 		var inv *InvalidError
 		if !isJSONType(p.mediaType) && errors.As(err, &inv) && !inv.final {

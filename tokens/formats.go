@@ -16,9 +16,10 @@ const (
 // matching the member name as fold does. It stops at that member, so when
 // model comes first it reads almost nothing; a repeated model is found by
 // the count that follows.
-func jsonModel(r io.Reader) (string, error) {
+func jsonModel(r io.Reader, wk *work) (string, error) {
 	j := newJSONReader(r)
 	defer j.free()
+	j.work = wk
 	j.noUTF8Check = true // the count that follows validates what it reads
 	if k, err := j.kind(); err != nil || k != '{' {
 		return "", err
@@ -63,6 +64,7 @@ type walker struct {
 func countJSON(r io.Reader, f Format, model string, m *meter) error {
 	w := &walker{j: newJSONReader(r), m: m, format: f, model: model}
 	defer w.j.free()
+	w.j.work = m.work
 	k, err := w.j.kind()
 	if err != nil {
 		return err
@@ -232,8 +234,17 @@ func (w *walker) prompt() error {
 // known. In a chat message (msg) a name costs one token more.
 func (w *walker) part(msg bool) error {
 	var ps partState
+	full := w.j.fullKeys
+	w.j.fullKeys = true // a name may be text: read it whole
+	defer func() { w.j.fullKeys = full }()
 	err := w.j.object(func(key []byte) error {
-		pk := partKeyOf(w.fold(key))
+		name := w.fold(key)
+		pk := partKeyOf(name)
+		if pk == partText && !formatNames[name] {
+			if err := w.m.valueBytes(key); err != nil {
+				return err
+			}
+		}
 		k, err := w.j.kind()
 		if err != nil {
 			return err

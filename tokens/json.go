@@ -21,6 +21,10 @@ type jsonReader struct {
 	r     *bufio.Reader
 	off   int64 // bytes consumed
 	depth int
+	// work, when set, is drawn on by every workElements-th container or
+	// member read: tiny ones cost more to read than their bytes say.
+	work     *work
+	elements int
 	// capture, when non-nil, receives every byte consumed (a raw copy of
 	// the values read while it is set), up to captureMax.
 	capture    []byte
@@ -211,6 +215,15 @@ func (j *jsonReader) array(elem func(i int) error) error {
 	return j.container('[', ']', elem)
 }
 
+// element counts one container or member read, a step of work every
+// workElements.
+func (j *jsonReader) element() error {
+	if j.elements++; j.elements%workElements == 0 {
+		return j.work.draw(1, LimitedJSON)
+	}
+	return nil
+}
+
 // container reads open, then members separated by commas, then close;
 // member is called at the start of each one and must consume it.
 func (j *jsonReader) container(open, close byte, member func(i int) error) error {
@@ -219,6 +232,10 @@ func (j *jsonReader) container(open, close byte, member func(i int) error) error
 	}
 	if j.depth++; j.depth > maxDepth {
 		return j.fail("nesting deeper than %d", maxDepth)
+	}
+	if err := j.element(); err != nil {
+		j.depth--
+		return err
 	}
 	defer func() { j.depth-- }()
 	for i := 0; ; i++ {
@@ -244,6 +261,9 @@ func (j *jsonReader) container(open, close byte, member func(i int) error) error
 			if _, err := j.peek(); err != nil {
 				return err
 			}
+		}
+		if err := j.element(); err != nil {
+			return err
 		}
 		if err := member(i); err != nil {
 			return err

@@ -123,6 +123,24 @@ var partKeys = map[string]partKey{
 	"file_url":          partMeta, // a remote file the proxy does not fetch (costed as a page)
 }
 
+// formatNames are the member names of messages, parts, blocks and items
+// that the APIs define: their names are the format, priced by its
+// overhead. Any other name inside content is text the model may be shown
+// (a client can put prose in a name) and costs as text.
+var formatNames = map[string]bool{
+	"role": true, "content": true, "text": true, "tool_calls": true, "function": true, "arguments": true,
+	"refusal": true, "reasoning_content": true, "reasoning": true, "thinking": true, "tool_use_id": true,
+	"cache_control": true, "citations": true, "annotations": true, "audio": true, "data": true, "url": true,
+	"title": true, "context": true, "is_error": true, "summary": true, "output": true, "call_id": true,
+	"tool_call_id": true, "parameters": true, "description": true, "strict": true, "ephemeral": true,
+	"ttl": true, "index": true, "start_index": true, "end_index": true, "cited_text": true,
+	"document_index": true, "document_title": true, "transcript": true, "expires_at": true,
+	"logprobs": true, "prefix": true, "partial": true, "query": true, "queries": true, "results": true,
+	"action": true, "pending_safety_checks": true, "server_label": true, "error": true,
+	"search_result": true, "enabled": true, "cache": true, "metadata": true, "value": true, "key": true,
+	"prompt": true, "message": true, "messages": true, "system": true, "instructions": true, "input_text": true,
+}
+
 func partKeyOf(folded string) partKey {
 	if k, ok := partKeys[folded]; ok {
 		return k

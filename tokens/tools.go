@@ -40,6 +40,11 @@ func (w *walker) tools(legacy bool) error {
 	if err != nil {
 		return err
 	}
+	// Decoding for the formula costs more than reading: it draws a step
+	// per workToolsBytes of the array.
+	if err := w.m.work.draw(int64(len(raw)/workToolsBytes), LimitedJSON); err != nil {
+		return err
+	}
 	formula, err := w.sub(func(m *meter) error { return w.toolsFormula(raw, legacy, m) })
 	if err != nil {
 		return err
@@ -47,6 +52,7 @@ func (w *walker) tools(legacy bool) error {
 	text, err := w.sub(func(m *meter) error {
 		sw := &walker{j: newJSONReader(bytes.NewReader(raw)), m: m, format: w.format, model: w.model}
 		defer sw.j.free()
+		sw.j.work = m.work
 		return sw.schema(true)
 	})
 	if err != nil {

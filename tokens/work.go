@@ -24,6 +24,8 @@ const (
 const (
 	workPart        = 10  // a multipart part: its header parsed, its disposition read
 	pdfStepsPerStep = 100 // tokens/pdf's steps (a lexer token, an operator) in one
+	workElements    = 8   // JSON containers and members read (~100 ns each when tiny)
+	workToolsBytes  = 16  // bytes of a tools array decoded for the published formula
 )
 
 // Reasons a costing was cut short, as ratelimit_proxy_cost_limited_total
@@ -33,10 +35,11 @@ const (
 	LimitedPDF       = "pdf"
 	LimitedAudio     = "audio"
 	LimitedImage     = "image"
+	LimitedJSON      = "json"
 )
 
 // LimitReasons are every reason Estimate.Limited may hold.
-var LimitReasons = []string{LimitedMultipart, LimitedPDF, LimitedAudio, LimitedImage}
+var LimitReasons = []string{LimitedMultipart, LimitedPDF, LimitedAudio, LimitedImage, LimitedJSON}
 
 // errWork unwinds a costing whose budget ran out.
 var errWork = errors.New("costing work bound reached")
