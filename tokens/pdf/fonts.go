@@ -111,7 +111,8 @@ const (
 )
 
 // glyph returns the text of a glyph name: from the table of common names,
-// uniXXXX and uXXXX[XX] names, one-letter names; a suffix (.sc) is
+// "uni" plus four hex digits and "u" plus four to six (uni0041, u1F600),
+// one-letter names; a suffix (.sc) is
 // dropped and a ligature (f_i) is its parts. An unknown name is "".
 func glyph(n string) string {
 	n, _, _ = strings.Cut(n, ".")
