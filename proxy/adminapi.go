@@ -515,7 +515,7 @@ func (p *Proxy) adminTokens(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	est, err := p.tokens.Estimate(tokens.Request{Format: tokens.FormatForPath(canonicalPath(path)), ContentType: ct,
-		Body: bytes.NewReader(body), Size: int64(len(body)), Model: r.URL.Query().Get("model")}, -1)
+		Body: body, Model: r.URL.Query().Get("model")}, -1)
 	if err != nil {
 		adminError(w, http.StatusBadRequest, codeInvalidRequest, "The body could not be read: "+oneLine(err)+".")
 		return

@@ -271,15 +271,15 @@ func (p *Proxy) admitted(x *exchange, r *http.Request, in *keyInput) {
 	if !b.stream || truthy(in.bodyField("stream_options.include_usage")) {
 		return
 	}
-	edits, err := tokens.IncludeUsage(x.body.readerAt(), x.body.size)
+	sent := x.body.bytes()
+	edits, err := tokens.IncludeUsage(sent)
 	if err != nil {
 		return // the output that passes is counted instead
 	}
-	body, size := tokens.Edited(x.body.readerAt(), x.body.size, edits)
+	body, size := tokens.Edited(sent, edits)
 	r.Body, r.ContentLength = io.NopCloser(body), size
-	spooled := x.body
 	r.GetBody = func() (io.ReadCloser, error) { // a retry (SPEC §9) sends the same edited bytes
-		body, _ := tokens.Edited(spooled.readerAt(), spooled.size, edits)
+		body, _ := tokens.Edited(sent, edits)
 		return io.NopCloser(body), nil
 	}
 	b.strip = true

@@ -2,7 +2,6 @@ package tokens
 
 import (
 	"errors"
-	"io"
 )
 
 // OpenAI's published chat overhead ("How to count tokens with tiktoken").
@@ -16,9 +15,8 @@ const (
 // matching the member name as fold does. It stops at that member, so when
 // model comes first it reads almost nothing; a repeated model is found by
 // the count that follows.
-func jsonModel(r io.Reader, wk *work) (string, error) {
-	j := newJSONReader(r)
-	defer j.free()
+func jsonModel(body []byte, wk *work) (string, error) {
+	j := newJSONReader(body)
 	j.work = wk
 	j.noUTF8Check = true // the count that follows validates what it reads
 	if k, err := j.kind(); err != nil || k != '{' {
@@ -61,9 +59,8 @@ type walker struct {
 }
 
 // countJSON counts the text a model reads in a JSON body of format f.
-func countJSON(r io.Reader, f Format, model string, m *meter) error {
-	w := &walker{j: newJSONReader(r), m: m, format: f, model: model}
-	defer w.j.free()
+func countJSON(body []byte, f Format, model string, m *meter) error {
+	w := &walker{j: newJSONReader(body), m: m, format: f, model: model}
 	w.j.work = m.work
 	k, err := w.j.kind()
 	if err != nil {
