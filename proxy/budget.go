@@ -16,7 +16,7 @@ import (
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/usage"
+	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/usage"
 )
 
 // Token budgets (SPEC §8): a rule whose cost is input_tokens charges the
@@ -298,7 +298,7 @@ func withBudget(x *exchange, r *http.Request) *http.Request {
 
 // modifyResponse is the forwarding's response hook: the body of a response
 // to a token-budgeted request is wrapped to find the usage it reports as
-// it passes, unbuffered (tokens/usage).
+// it passes, unbuffered (upstream/usage).
 func (p *Proxy) modifyResponse(res *http.Response) error {
 	x, _ := res.Request.Context().Value(exchangeKey{}).(*exchange)
 	if x == nil || !x.budget.scan || x.budget.settled {

@@ -21,9 +21,9 @@ import (
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/usage"
 	"github.com/ratelimit-proxy/ratelimit-proxy/upstream"
 	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/gate"
+	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/usage"
 )
 
 // Options are what New needs besides the configuration.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/jsonscan"
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/jsonscan"
 )
 
 // jsonReader is a validating pull parser over a body held whole (in

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"io"
 
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/jsonscan"
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/jsonscan"
 )
 
 // Edit replaces the bytes [Start, End) of a body by Text (Start == End

@@ -3,7 +3,7 @@ package usage
 import (
 	"bytes"
 
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/jsonscan"
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/jsonscan"
 )
 
 // counter gathers output text and counts it with fn in batches of max
