@@ -405,7 +405,7 @@ func (c *Config) writeUpstreamGroups(w io.Writer) error {
 		b.WriteString("\n[[upstream_group]]\n")
 		fmt.Fprintf(&b, "name = %s\n", strconv.Quote(g.Name))
 		if g.Paths == nil {
-			b.WriteString("paths = " + tomlValue(c.ProtectedPaths) + " # protected_paths\n")
+			b.WriteString("# paths = " + tomlValue(c.ProtectedPaths) + " (unset: the protected paths)\n")
 		} else {
 			b.WriteString("paths = " + tomlValue(g.Paths) + "\n")
 		}

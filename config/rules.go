@@ -421,7 +421,9 @@ func (c *Config) writeRules(w io.Writer) error {
 		b.WriteString("\n[[rule]]\n")
 		fmt.Fprintf(&b, "name = %s\n", strconv.Quote(r.Name))
 		if r.Paths == nil {
-			b.WriteString("paths = " + tomlValue(c.ProtectedPaths) + " # protected_paths\n")
+			// A comment: written out, the list would make the rule one of
+			// its own paths instead of the protected routes'.
+			b.WriteString("# paths = " + tomlValue(c.ProtectedPaths) + " (unset: the protected paths)\n")
 		} else {
 			b.WriteString("paths = " + tomlValue(r.Paths) + "\n")
 		}

@@ -230,6 +230,11 @@ func (c *Config) Write(w io.Writer) error {
 	for _, s := range settings {
 		v := s.Shown(c)
 		line := fmt.Sprintf("%s = %s", s.key, tomlValue(v))
+		if s.key == "chat_rpm" && !c.ChatRPMRule() {
+			// Printed, it would be set, and a set chat_rpm makes the
+			// built-in rule beside the file's rules.
+			line = "# " + line + " (unset: the rules below replace the built-in rule)"
+		}
 		switch c.set[s.key] {
 		case "env":
 			line += " # from " + strings.ToUpper(s.key)
