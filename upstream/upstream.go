@@ -1,6 +1,7 @@
 // Package upstream forwards admitted requests to the protected API:
-// httputil.ReverseProxy with Rewrite, a transport tuned for many concurrent
-// long-lived requests, streaming responses flushed as they arrive and
+// httputil.ReverseProxy with Rewrite over NewTransport (upstream/h1's
+// pooled HTTP/1.1 client for http://, a tuned http.Transport for https://
+// and upgrades), streaming responses flushed as they arrive and
 // transport errors classified into 502 and 504.
 package upstream
 
