@@ -182,7 +182,7 @@ func New(o Options) (*Proxy, error) {
 	}
 	rt := o.Transport
 	if rt == nil {
-		rt = upstream.NewTransport(c.UpstreamTimeout)
+		rt = upstream.NewTransport(target, c.UpstreamTimeout) // an h1.Client for http://
 	}
 	// The upstream's 429/503 are handled under the group's ticket; a
 	// request outside every group has none and passes as it is.
