@@ -58,6 +58,7 @@ type Client struct {
 	closed bool
 
 	dials atomic.Int64
+	peeks atomic.Int64
 }
 
 var _ http.RoundTripper = (*Client)(nil)
@@ -97,6 +98,7 @@ func trimBrackets(h string) string {
 // Stats are counts for tests and metrics.
 type Stats struct {
 	Dials int64 // connections opened so far
+	Peeks int64 // liveness peeks at pooled connections taken
 	Idle  int   // connections in the pool now
 }
 
@@ -104,7 +106,7 @@ type Stats struct {
 func (c *Client) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Stats{Dials: c.dials.Load(), Idle: len(c.idle)}
+	return Stats{Dials: c.dials.Load(), Peeks: c.peeks.Load(), Idle: len(c.idle)}
 }
 
 // CloseIdleConnections closes the pooled connections; those in use are
@@ -261,13 +263,28 @@ func (c *Client) take() *Conn {
 		for _, e := range expired {
 			e.nc.Close()
 		}
-		if expired == nil && cn.healthy() {
+		// A connection that has already been kept alive once (answered
+		// again after a stay in the pool) and is back for less than
+		// freshIdle is not peeked at, a syscall a request saved: an origin
+		// that keeps connections does not close one that soon after
+		// answering on it, and one that closes it with an answer says so
+		// (Connection: close) and is never pooled. An origin that drops
+		// every connection after one answer is always peeked at.
+		fresh := cn.proven && now.Sub(cn.idleAt) < freshIdle
+		if !fresh {
+			c.peeks.Add(1)
+		}
+		if expired == nil && cn.br.Buffered() == 0 && (fresh || cn.healthy()) {
 			cn.reused = true
 			return cn
 		}
 		cn.nc.Close()
 	}
 }
+
+// freshIdle is how long a pooled connection is taken without a liveness
+// peek.
+const freshIdle = 100 * time.Millisecond
 
 // put pools cn, or closes it when the pool is full or closed.
 func (c *Client) put(cn *Conn) {
@@ -276,6 +293,7 @@ func (c *Client) put(cn *Conn) {
 		return
 	}
 	cn.idleAt = time.Now()
+	cn.proven = cn.reused
 	c.mu.Lock()
 	if c.closed || len(c.idle) >= c.o.MaxIdle {
 		c.mu.Unlock()

@@ -122,6 +122,13 @@ func TestSequentialRequestsShareOneConnection(t *testing.T) {
 	if n := o.conns.Load(); n != 1 {
 		t.Fatalf("%d connections for 100 sequential requests, want 1", n)
 	}
+	// The connection is peeked at when first taken back from the pool;
+	// kept alive since, back-to-back requests take it without a syscall.
+	// (A request slower than freshIdle under a loaded race detector costs
+	// one more peek: the bound leaves room for that, not for one a request.)
+	if p := cl.Stats().Peeks; p < 1 || p > 10 {
+		t.Fatalf("%d liveness peeks for 100 back-to-back requests on a kept-alive connection, want about 1", p)
+	}
 }
 
 func TestConcurrentClientsReuseConnections(t *testing.T) {

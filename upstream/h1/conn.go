@@ -37,6 +37,7 @@ type Conn struct {
 	alive  aliveCheck
 	idleAt time.Time
 	reused bool // taken from the pool
+	proven bool // answered after a stay in the pool: the origin keeps connections
 
 	// The request in flight. The context's cancellation is watched by a
 	// context.AfterFunc (no goroutine while it is not cancelled) that
