@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -63,14 +64,27 @@ func (c *Config) validateRules() []error {
 				bad("key", p, "needs tier_from (where a caller's plan comes from)")
 			}
 		}
-		for _, w := range r.When {
-			if err := CheckKeyPart(w.Part); err == nil && strings.HasPrefix(w.Part, "jwt:") && !c.JWT() {
-				bad("when", w.Part, "a jwt: condition needs verified JWT identity: set jwt_hs256_secret or jwt_jwks")
-			} else if err != nil {
-				bad("when", w.Part, "%v", err)
-			}
-			if w.Part == "tier" && c.TierFrom == "" {
-				bad("when", w.Part, "needs tier_from (where a caller's plan comes from)")
+		for _, f := range []struct {
+			name  string
+			conds []Condition
+		}{{"when", r.When}, {"unless", r.Unless}} {
+			for _, w := range f.conds {
+				if err := CheckKeyPart(w.Part); err == nil && strings.HasPrefix(w.Part, "jwt:") && !c.JWT() {
+					bad(f.name, w.Part, "a jwt: condition needs verified JWT identity: set jwt_hs256_secret or jwt_jwks")
+				} else if err != nil {
+					bad(f.name, w.Part, "%v", err)
+				}
+				if w.Part == "tier" && c.TierFrom == "" {
+					bad(f.name, w.Part, "needs tier_from (where a caller's plan comes from)")
+				}
+				for _, v := range w.Values {
+					if !strings.Contains(v, "/") || w.Part != "ip" {
+						continue
+					}
+					if _, err := netip.ParsePrefix(v); err != nil {
+						bad(f.name, v, "ip: not a CIDR (write \"10.0.0.0/8\" or \"2001:db8::/32\")")
+					}
+				}
 			}
 		}
 		if r.OnMissingKey != MissingSkip && r.OnMissingKey != MissingReject {
