@@ -315,8 +315,8 @@ func (c *Config) validateGroups() []error {
 		if g.PriorityFrom != "" {
 			if err := checkPriorityFrom(g.PriorityFrom); err != nil {
 				bad("priority_from", g.PriorityFrom, "%v", err)
-			} else if g.PriorityFrom == "tier" && c.TierFrom == "" {
-				bad("priority_from", g.PriorityFrom, "needs tier_from (where a caller's plan comes from)")
+			} else if g.PriorityFrom == "tier" && !c.plans() {
+				bad("priority_from", g.PriorityFrom, "needs tier_from or api_keys_file (where a caller's plan comes from)")
 			}
 		}
 		if len(g.Priorities) == 0 {

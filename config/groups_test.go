@@ -136,7 +136,7 @@ func TestUpstreamGroupErrors(t *testing.T) {
 		{g + "priority_from = \"caller\"\n", `upstream_group "chat": priority_from "caller": must be "header:NAME", "query:NAME" or "tier"`},
 		{g + "priority_from = \"header:X Prio\"\n", `upstream_group "chat": priority_from "header:X Prio": not a header name`},
 		{g + "priority_from = \"query:\"\n", `upstream_group "chat": priority_from "query:": a name is missing after query:`},
-		{g + "priority_from = \"tier\"\n", `upstream_group "chat": priority_from "tier": needs tier_from (where a caller's plan comes from)`},
+		{g + "priority_from = \"tier\"\n", `upstream_group "chat": priority_from "tier": needs tier_from or api_keys_file (where a caller's plan comes from)`},
 		{g + "priorities = []\n", `upstream_group "chat": priorities: empty: leave it out for ["interactive", "default", "batch"]`},
 		{g + "priorities = [\"high\", \"very high\"]\n", `upstream_group "chat": priorities "very high": must be 1 to 64 of a-z, 0-9, _, . and -`},
 		{g + "priorities = [\"high\", \"HIGH\"]\n", `upstream_group "chat": priorities "high": listed twice`},

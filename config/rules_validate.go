@@ -60,8 +60,8 @@ func (c *Config) validateRules() []error {
 			} else if strings.HasPrefix(p, "jwt:") && !c.JWT() {
 				bad("key", p, "a jwt: key part needs verified JWT identity: set jwt_hs256_secret or jwt_jwks")
 			}
-			if p == "tier" && c.TierFrom == "" {
-				bad("key", p, "needs tier_from (where a caller's plan comes from)")
+			if p == "tier" && !c.plans() {
+				bad("key", p, "needs tier_from or api_keys_file (where a caller's plan comes from)")
 			}
 		}
 		for _, f := range []struct {
@@ -74,8 +74,8 @@ func (c *Config) validateRules() []error {
 				} else if err != nil {
 					bad(f.name, w.Part, "%v", err)
 				}
-				if w.Part == "tier" && c.TierFrom == "" {
-					bad(f.name, w.Part, "needs tier_from (where a caller's plan comes from)")
+				if w.Part == "tier" && !c.plans() {
+					bad(f.name, w.Part, "needs tier_from or api_keys_file (where a caller's plan comes from)")
 				}
 				for _, v := range w.Values {
 					if !strings.Contains(v, "/") || w.Part != "ip" {
@@ -138,8 +138,8 @@ func (c *Config) validateRules() []error {
 		default:
 			bad("action", r.Action, `must be "reject", "delay" or "shadow"`)
 		}
-		if len(r.Tiers) > 0 && c.TierFrom == "" {
-			bad("tiers", nil, "needs tier_from (where a caller's plan comes from, e.g. \"header:X-Plan\")")
+		if len(r.Tiers) > 0 && !c.plans() {
+			bad("tiers", nil, "needs tier_from or api_keys_file (where a caller's plan comes from, e.g. tier_from = \"header:X-Plan\")")
 		}
 		for _, o := range r.Overrides {
 			if err := checkOverrideKey(o.Key, r.Key); err != nil {

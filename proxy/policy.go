@@ -42,6 +42,15 @@ type policy struct {
 	jwt        *jwtauth.Verifier
 	jwtResults *jwtMetrics
 	prices     config.Prices
+	// keys are API_KEYS_FILE's (SPEC §7.7): when set, only they are API
+	// keys. now tells whether one has expired.
+	keys config.APIKeys
+	now  func() time.Time
+	// upstreamAuth is UPSTREAM_AUTHORIZATION as a header value, nil when
+	// unset; upstreamAuthAnthropic: it is no Bearer token, so Anthropic's
+	// paths get it as X-API-Key.
+	upstreamAuth          []string
+	upstreamAuthAnthropic bool
 }
 
 // action is what a rule does past its limit (SPEC §7.1).

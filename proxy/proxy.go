@@ -197,9 +197,9 @@ func New(o Options) (*Proxy, error) {
 		OutgoingBody:          outgoingBody,
 		ModifyResponse:        p.modifyResponse,
 	}
-	p.forward = upstream.New(uo)
+	p.forward = p.upstreamCredential(upstream.New(uo))
 	uo.NoUpgrade = true
-	p.guarded = upstream.New(uo)
+	p.guarded = p.upstreamCredential(upstream.New(uo))
 	p.pool.New = func() any { return new(exchange) }
 	return p, nil
 }
