@@ -26,7 +26,10 @@
 #   MODE=admitted    refused: every measured request is a 429 (the proxy with
 #                    CHAT_RPM=1, nginx with limit_req at 1r/m): the cost of
 #                    the over-limit caller's hot path (default contenders
-#                    "proxy nginx")
+#                    "proxy nginx"); sse: every request is a stream of
+#                    SSE_EVENTS events from tests/bench/sseorigin, each its
+#                    own chunk, SSE_GAP apart (nginx with proxy_buffering off)
+#   SSE_EVENTS=20 SSE_GAP=1ms
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
@@ -37,7 +40,8 @@ MODE=${MODE:-admitted}
 case $MODE in
 admitted) CONTENDERS=${CONTENDERS:-proxy nginx plain} RPM=100000000 NGINX_RATE=1000000r/s ;;
 refused) CONTENDERS=${CONTENDERS:-proxy nginx} RPM=1 NGINX_RATE=1r/m ;;
-*) echo "compare.sh: MODE must be admitted or refused, got '$MODE'" >&2 && exit 1 ;;
+sse) CONTENDERS=${CONTENDERS:-proxy nginx} RPM=100000000 NGINX_RATE=1000000r/s ;;
+*) echo "compare.sh: MODE must be admitted, refused or sse, got '$MODE'" >&2 && exit 1 ;;
 esac
 PROCS=${GOMAXPROCS:-1}
 NGINX=${NGINX:-/usr/sbin/nginx}
@@ -46,6 +50,8 @@ ALLOW_SOCKET_ERRORS=${ALLOW_SOCKET_ERRORS:-0}
 BIN=${BIN:-}
 PLAIN_BIN=${PLAIN_BIN:-}
 PATH_UNDER_TEST=/v1/chat/completions
+SSE_EVENTS=${SSE_EVENTS:-20}
+SSE_GAP=${SSE_GAP:-1ms}
 
 NAME=compare.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -170,7 +176,8 @@ mkdir -p "$NG_DIR"
     server {
         listen 127.0.0.1:$NGINX_PORT;
         proxy_http_version 1.1;
-        proxy_set_header Connection "";
+        proxy_set_header Connection "";$( [[ $MODE == sse ]] && echo "
+        proxy_buffering off;")
         # The same forwarding headers ratelimit-proxy sets (SPEC §4.5).
         proxy_set_header X-Forwarded-For \$remote_addr;
         proxy_set_header X-Forwarded-Proto \$scheme;
@@ -248,6 +255,11 @@ verify() { # verify NAME URL: the POST through it returns 200 and the upstream's
 	local name=$1 url=$2 code
 	code=$(post "$url") || die "$name: POST $url failed"
 	[[ $code == 200 ]] || die "$name: POST $url answered $code: $(head -c 300 "$tmp/got.json")"
+	if [[ $MODE == sse ]]; then
+		[[ $(grep -c '^data: ' "$tmp/got.json") == $((SSE_EVENTS + 1)) ]] ||
+			die "$name: POST $url did not stream $SSE_EVENTS events: $(head -c 300 "$tmp/got.json")"
+		return 0
+	fi
 	cmp -s "$tmp/got.json" "$tmp/expected.json" ||
 		die "$name: POST $url returned an unexpected body: $(head -c 300 "$tmp/got.json")"
 }
@@ -264,10 +276,18 @@ if [[ -z $PLAIN_BIN && " $CONTENDERS " == *" plain "* ]]; then
 fi
 
 UP_URL=http://127.0.0.1:$UP_PORT
-start_nginx "$UP_DIR"
-UP_PID=$LAST_PID
-wait_ready "upstream nginx" "$UP_PID" "$UP_DIR/error.log" "$UP_URL/"
-verify "upstream nginx" "$UP_URL$PATH_UNDER_TEST"
+if [[ $MODE == sse ]]; then
+	go build -o "$tmp/sseorigin" ./tests/bench/sseorigin
+	"$tmp/sseorigin" -listen "127.0.0.1:$UP_PORT" -events "$SSE_EVENTS" -gap "$SSE_GAP" >"$tmp/sseorigin.log" 2>&1 &
+	UP_PID=$!
+	PIDS+=("$UP_PID")
+	wait_ready "upstream sseorigin" "$UP_PID" "$tmp/sseorigin.log" "$UP_URL/__stub_status"
+else
+	start_nginx "$UP_DIR"
+	UP_PID=$LAST_PID
+	wait_ready "upstream nginx" "$UP_PID" "$UP_DIR/error.log" "$UP_URL/"
+fi
+verify "upstream" "$UP_URL$PATH_UNDER_TEST"
 mapfile -t UP_PIDS < <(group_pids "$UP_PID")
 
 declare -A URL GROUP
