@@ -47,10 +47,13 @@
 -- window's contents: a refusal reads the oldest slots that must leave for
 -- the cost to fit (one, for a request of cost 1), so the over-limit
 -- caller's hot path costs Redis no more than an admission. A window's
--- admission costs six commands (seven past maxSlots; two of them push
--- the keys' expiry to one window after it), its refusal two; a bucket's
+-- admission costs six commands (two of them push the keys' expiry to one
+-- window after it; past maxSlots the group's count is read with the
+-- others, so that recording it is one HSET), its refusal two; a bucket's
 -- admission two, its refusal one (one more for a pending mark on a
 -- Cluster): each hit of a batch adds a few commands to the one round trip.
+-- Inside a script each command costs about a microsecond, and each number
+-- passed to one as much again (see int below).
 --
 -- Token bucket: the bucket starts full at burst, refills at limit per
 -- window lazily and never above burst, admits a cost it holds, keeps
@@ -74,6 +77,7 @@ local function slotid(x)
   if x < 1e14 then return fmt('%d', x) end
   return tostring(x)
 end
+local none = {}
 local mode = tonumber(ARGV[3])
 local maxslots = tonumber(ARGV[4])
 local marks = tonumber(ARGV[5])
@@ -83,7 +87,17 @@ local function evalWindow(hit)
   local edge = now - hit.window
   hit.edge = edge
   local first = redis.call('ZRANGE', z, '0', '0', 'WITHSCORES')
-  local fields = redis.call('HMGET', h, 's', 'q', 'n', 'g', 'x')
+  local fields
+  if hit.limit > maxslots then
+    -- A larger limit groups admissions: this one joins now's group, whose
+    -- count is read here so that recording it is one HSET.
+    hit.group = math.floor(now / math.max(math.floor(hit.window / maxslots), 1))
+    hit.gid = 'g' .. slotid(hit.group)
+    fields = redis.call('HMGET', h, 's', 'q', 'n', 'g', 'x', hit.gid)
+    hit.held = tonumber(fields[6]) or 0
+  else
+    fields = redis.call('HMGET', h, 's', 'q', 'n', 'g', 'x')
+  end
   local sum = tonumber(fields[1]) or 0
   hit.q, hit.newest = tonumber(fields[2]) or 0, tonumber(fields[3])
   hit.made = fields[4]
@@ -92,7 +106,10 @@ local function evalWindow(hit)
     -- peek only leaves them out of its sums.
     local old = redis.call('ZRANGEBYSCORE', z, '-inf', int(edge))
     local counts = redis.call('HMGET', h, unpack(old))
-    for j = 1, #old do sum = sum - (tonumber(counts[j]) or 0) end
+    for j = 1, #old do
+      sum = sum - (tonumber(counts[j]) or 0)
+      if old[j] == hit.gid then hit.held = 0 end -- dropped below
+    end
     if sum < 0 then sum = 0 end
     if mode == 0 then
       redis.call('HDEL', h, unpack(old))
@@ -150,9 +167,8 @@ local function takeWindow(hit)
   local at = now
   if hit.newest and hit.newest > at then at = hit.newest end
   local id, bucket, tie
-  if hit.limit > maxslots then
-    bucket = math.floor(now / math.max(math.floor(hit.window / maxslots), 1))
-    id = 'g' .. slotid(bucket)
+  if hit.gid then
+    bucket, id = hit.group, hit.gid
   elseif hit.newest and now <= hit.newest and hit.oldest then
     tie = true -- joins the newest slot (read below, when recording)
   else
@@ -175,7 +191,7 @@ local function takeWindow(hit)
   -- admission), so nothing is left to keep.
   local ttl = int(math.ceil((at - now + hit.window) / 1000))
   local ats = int(at)
-  local made = {}
+  local made = none
   if not hit.made then made = {'g', ats} end
   if tie then
     id = redis.call('ZRANGE', hit.z, '-1', '-1')[1]
@@ -186,10 +202,12 @@ local function takeWindow(hit)
     end
   end
   redis.call('ZADD', hit.z, ats, id)
-  if bucket or tie then
+  if bucket then
+    redis.call('HSET', hit.h, 's', int(hit.sum), 'n', ats, id, int(hit.held + hit.cost), unpack(made))
+    hit.rec = -(bucket + 1)
+  elseif tie then
     redis.call('HINCRBY', hit.h, id, int(hit.cost))
     redis.call('HSET', hit.h, 's', int(hit.sum), 'n', ats, unpack(made))
-    if bucket then hit.rec = -(bucket + 1) end
   else
     redis.call('HSET', hit.h, 's', int(hit.sum), 'q', int(hit.q + 1), 'n', ats, id, int(hit.cost), unpack(made))
     hit.rec = hit.q + 1
