@@ -257,6 +257,18 @@ var behaviours = []behaviour{
 		{at: 1, hits: []probe{{}, {rule: 1}}, want: []want{{allowed: true, remaining: 1}, {allowed: true, remaining: 1}}},
 		{at: 1, hits: []probe{{key: "other"}}, want: no(0, 59*time.Second)},
 	}},
+	// Past 1000 slots a window groups admissions by 1/1000 of the window
+	// (60 ms here): an admission joins its group, which leaves the window
+	// with its latest admission.
+	{"window/grouped-past-1000-slots", []*limits.Rule{sw("w", 2000, time.Minute)}, []step{
+		{at: 0, hits: []probe{{cost: 600}}, want: []want{{allowed: true, remaining: 1400, reset: time.Minute, next: time.Minute}}},
+		{at: 0.03125, hits: []probe{{cost: 600}}, want: []want{{allowed: true, remaining: 800, reset: time.Minute, next: time.Minute}}},
+		{at: 30, hits: []probe{{cost: 600}}, want: []want{{allowed: true, remaining: 200, reset: time.Minute, next: 30031250 * time.Microsecond}}},
+		{at: 30.5, hits: []probe{{cost: 600}}, want: []want{{remaining: 200, retry: 29531250 * time.Microsecond,
+			reset: 59500 * time.Millisecond, next: 29531250 * time.Microsecond}}},
+		{at: 60.0625, hits: []probe{{cost: 600}}, want: []want{{allowed: true, remaining: 800, reset: time.Minute, next: 29937500 * time.Microsecond}}},
+		{at: 60.0625, hits: []probe{{cost: 900}}, want: []want{{remaining: 800, retry: 29937500 * time.Microsecond}}},
+	}},
 	// A reload that changes a rule's algorithm starts it afresh.
 	{"reload/algorithm-change-starts-afresh", []*limits.Rule{sw("r", 1, time.Minute), tb("r", 10, time.Minute, 3)}, []step{
 		{at: 0, want: ok(0)},

@@ -96,7 +96,11 @@ func fiveRules(key limits.Key, limit int64) []limits.Hit {
 
 // BenchmarkRedisDecide1 and BenchmarkRedisDecide5 are one decision of one
 // hit and of a batch of five (one round trip each) against a local
-// redis-server, on warm keys, admitted (the writing path).
+// redis-server, on warm keys, admitted (the writing path). Besides ns/op
+// (wall time, which depends on the machine's other load) they report the
+// CPU each op cost the proxy side (this process: the client, the
+// benchmark loop, the GC) and the redis-server process: the numbers to
+// compare on a shared machine.
 func BenchmarkRedisDecide1(b *testing.B) { benchRedis(b, 1) }
 func BenchmarkRedisDecide5(b *testing.B) { benchRedis(b, 5) }
 
@@ -126,13 +130,44 @@ func benchRedis(b *testing.B, n int) {
 				s.Decide(ctx, hits, time.Now(), out)
 			}
 			b.ReportAllocs()
+			cpu := startCPU(srv.PID())
 			for b.Loop() {
 				if ok, err := s.Decide(ctx, hits, time.Now(), out); err != nil || !ok {
 					b.Fatal(ok, err)
 				}
 			}
+			cpu.report(b)
 		})
 	}
+}
+
+// cpuMeter reads the CPU time of this process and of a redis-server
+// around a benchmark loop.
+type cpuMeter struct {
+	pid          int
+	self, server time.Duration
+	ok           bool
+}
+
+func startCPU(pid int) cpuMeter {
+	self, ok1 := selfCPU()
+	server, ok2 := processCPU(pid)
+	return cpuMeter{pid: pid, self: self, server: server, ok: ok1 && ok2}
+}
+
+// report adds proxy-ns/op, redis-ns/op and their sum cpu-ns/op to b's
+// result (nothing where /proc cannot be read).
+func (m cpuMeter) report(b *testing.B) {
+	self, ok1 := selfCPU()
+	server, ok2 := processCPU(m.pid)
+	if !m.ok || !ok1 || !ok2 || b.N == 0 {
+		return
+	}
+	n := float64(b.N)
+	proxy, redis := float64(self-m.self)/n, float64(server-m.server)/n
+	b.ReportMetric(proxy, "proxy-ns/op")
+	b.ReportMetric(redis, "redis-ns/op")
+	b.ReportMetric(proxy+redis, "cpu-ns/op")
 }
 
 func BenchmarkDecideWarmKeyParallel(b *testing.B) {

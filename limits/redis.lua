@@ -47,10 +47,13 @@
 -- window's contents: a refusal reads the oldest slots that must leave for
 -- the cost to fit (one, for a request of cost 1), so the over-limit
 -- caller's hot path costs Redis no more than an admission. A window's
--- admission costs six commands (seven past maxSlots; two of them push
--- the keys' expiry to one window after it), its refusal two; a bucket's
+-- admission costs six commands (two of them push the keys' expiry to one
+-- window after it; past maxSlots the group's count is read with the
+-- others, so that recording it is one HSET), its refusal two; a bucket's
 -- admission two, its refusal one (one more for a pending mark on a
 -- Cluster): each hit of a batch adds a few commands to the one round trip.
+-- Inside a script each command costs about a microsecond, and each number
+-- passed to one as much again (see int below).
 --
 -- Token bucket: the bucket starts full at burst, refills at limit per
 -- window lazily and never above burst, admits a cost it holds, keeps
@@ -63,33 +66,57 @@ if now == 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+-- A number passed to redis.call is formatted with %.17g by Redis 7.0,
+-- about half a microsecond each: integers are passed as strings made
+-- with %d (the same digits, a twentieth of the cost), constants as
+-- strings.
+local fmt = string.format
+local function int(x) return fmt('%d', x) end
+-- A slot id as tostring writes it (%.14g): the same as %d below 1e14.
+local function slotid(x)
+  if x < 1e14 then return fmt('%d', x) end
+  return tostring(x)
+end
+local none = {}
 local mode = tonumber(ARGV[3])
 local maxslots = tonumber(ARGV[4])
 local marks = tonumber(ARGV[5])
-local markttl = tonumber(ARGV[6])
 
 local function evalWindow(hit)
   local z, h = hit.z, hit.h
   local edge = now - hit.window
   hit.edge = edge
-  local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
-  local fields = redis.call('HMGET', h, 's', 'q', 'n', 'g', 'x')
+  local first = redis.call('ZRANGE', z, '0', '0', 'WITHSCORES')
+  local fields
+  if hit.limit > maxslots then
+    -- A larger limit groups admissions: this one joins now's group, whose
+    -- count is read here so that recording it is one HSET.
+    hit.group = math.floor(now / math.max(math.floor(hit.window / maxslots), 1))
+    hit.gid = 'g' .. slotid(hit.group)
+    fields = redis.call('HMGET', h, 's', 'q', 'n', 'g', 'x', hit.gid)
+    hit.held = tonumber(fields[6]) or 0
+  else
+    fields = redis.call('HMGET', h, 's', 'q', 'n', 'g', 'x')
+  end
   local sum = tonumber(fields[1]) or 0
   hit.q, hit.newest = tonumber(fields[2]) or 0, tonumber(fields[3])
   hit.made = fields[4]
   if #first > 0 and tonumber(first[2]) <= edge then
     -- Forget the slots that have left the window (now - window, now]; a
     -- peek only leaves them out of its sums.
-    local old = redis.call('ZRANGEBYSCORE', z, '-inf', edge)
+    local old = redis.call('ZRANGEBYSCORE', z, '-inf', int(edge))
     local counts = redis.call('HMGET', h, unpack(old))
-    for j = 1, #old do sum = sum - (tonumber(counts[j]) or 0) end
+    for j = 1, #old do
+      sum = sum - (tonumber(counts[j]) or 0)
+      if old[j] == hit.gid then hit.held = 0 end -- dropped below
+    end
     if sum < 0 then sum = 0 end
     if mode == 0 then
       redis.call('HDEL', h, unpack(old))
-      redis.call('ZREMRANGEBYSCORE', z, '-inf', edge)
-      redis.call('HSET', h, 's', sum, 'x', math.max(tonumber(fields[5]) or edge, edge))
+      redis.call('ZREMRANGEBYSCORE', z, '-inf', int(edge))
+      redis.call('HSET', h, 's', int(sum), 'x', int(math.max(tonumber(fields[5]) or edge, edge)))
     end
-    first = redis.call('ZRANGEBYSCORE', z, edge + 1, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    first = redis.call('ZRANGEBYSCORE', z, int(edge + 1), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
     if mode == 0 and #first == 0 then
       -- Every slot has left: the window is as a fresh one (Memory's ring
       -- is empty), even for a clock read behind later.
@@ -100,7 +127,7 @@ local function evalWindow(hit)
   if #first > 0 then hit.first, hit.oldest = first[1], tonumber(first[2]) end
   if not hit.newest and #first > 0 then
     -- A window written before "n" was kept.
-    local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')
+    local last = redis.call('ZRANGE', z, '-1', '-1', 'WITHSCORES')
     hit.newest = tonumber(last[2])
   end
   hit.sum = sum
@@ -119,7 +146,7 @@ local function evalWindow(hit)
     hit.retry = math.max(hit.oldest + hit.window - now, 1)
     return
   end
-  local slots = redis.call('ZRANGEBYSCORE', z, edge + 1, '+inf', 'WITHSCORES', 'LIMIT', 0, math.min(need, maxslots + 1))
+  local slots = redis.call('ZRANGEBYSCORE', z, int(edge + 1), '+inf', 'WITHSCORES', 'LIMIT', '0', int(math.min(need, maxslots + 1)))
   local ids = {}
   for j = 1, #slots, 2 do ids[#ids + 1] = slots[j] end
   local counts = redis.call('HMGET', h, unpack(ids))
@@ -140,13 +167,12 @@ local function takeWindow(hit)
   local at = now
   if hit.newest and hit.newest > at then at = hit.newest end
   local id, bucket, tie
-  if hit.limit > maxslots then
-    bucket = math.floor(now / math.max(math.floor(hit.window / maxslots), 1))
-    id = 'g' .. tostring(bucket)
+  if hit.gid then
+    bucket, id = hit.group, hit.gid
   elseif hit.newest and now <= hit.newest and hit.oldest then
     tie = true -- joins the newest slot (read below, when recording)
   else
-    id = tostring(hit.q + 1)
+    id = slotid(hit.q + 1)
   end
   hit.sum = hit.sum + hit.cost
   hit.reset = at + hit.window - now
@@ -154,7 +180,7 @@ local function takeWindow(hit)
   -- grouped slot this admission joins, which moves to `at`.
   local oldest = hit.oldest or at
   if bucket and hit.first == id then
-    local two = redis.call('ZRANGEBYSCORE', hit.z, hit.edge + 1, '+inf', 'WITHSCORES', 'LIMIT', 0, 2)
+    local two = redis.call('ZRANGEBYSCORE', hit.z, int(hit.edge + 1), '+inf', 'WITHSCORES', 'LIMIT', '0', '2')
     oldest = at
     if #two >= 4 then oldest = math.min(tonumber(two[4]), at) end
   end
@@ -163,24 +189,27 @@ local function takeWindow(hit)
   -- The keys expire one window after this admission: its slot leaves the
   -- window then, the last of them (a slot leaves with its latest
   -- admission), so nothing is left to keep.
-  local ttl = math.ceil((at - now + hit.window) / 1000)
-  local made = {}
-  if not hit.made then made = {'g', at} end
+  local ttl = int(math.ceil((at - now + hit.window) / 1000))
+  local ats = int(at)
+  local made = none
+  if not hit.made then made = {'g', ats} end
   if tie then
-    id = redis.call('ZRANGE', hit.z, -1, -1)[1]
+    id = redis.call('ZRANGE', hit.z, '-1', '-1')[1]
     if string.sub(id, 1, 1) == 'g' then
       hit.rec = -(tonumber(string.sub(id, 2)) + 1) -- grouped under a larger limit before
     else
       hit.rec = tonumber(id)
     end
   end
-  redis.call('ZADD', hit.z, at, id)
-  if bucket or tie then
-    redis.call('HINCRBY', hit.h, id, hit.cost)
-    redis.call('HSET', hit.h, 's', hit.sum, 'n', at, unpack(made))
-    if bucket then hit.rec = -(bucket + 1) end
+  redis.call('ZADD', hit.z, ats, id)
+  if bucket then
+    redis.call('HSET', hit.h, 's', int(hit.sum), 'n', ats, id, int(hit.held + hit.cost), unpack(made))
+    hit.rec = -(bucket + 1)
+  elseif tie then
+    redis.call('HINCRBY', hit.h, id, int(hit.cost))
+    redis.call('HSET', hit.h, 's', int(hit.sum), 'n', ats, unpack(made))
   else
-    redis.call('HSET', hit.h, 's', hit.sum, 'q', hit.q + 1, 'n', at, id, hit.cost, unpack(made))
+    redis.call('HSET', hit.h, 's', int(hit.sum), 'q', int(hit.q + 1), 'n', ats, id, int(hit.cost), unpack(made))
     hit.rec = hit.q + 1
   end
   redis.call('PEXPIRE', hit.z, ttl)
@@ -230,7 +259,10 @@ local function takeBucket(hit)
   if now > last then last = now end -- never moves backwards
   -- Kept until full again (no need to be exact: the margin covers it).
   local full = math.min((hit.burst - tokens) * hit.window / hit.limit, 1e15)
-  redis.call('SET', hit.b, string.format('%.17g %.17g', tokens, last), 'PX', math.ceil(full / 1000) + 1000)
+  -- %.17g writes an integer's digits as %d does, far slower.
+  local f = '%.17g %d'
+  if tokens == math.floor(tokens) and tokens > -1e15 and tokens < 1e15 then f = '%d %d' end
+  redis.call('SET', hit.b, fmt(f, tokens, last), 'PX', int(math.ceil(full / 1000) + 1000))
   hit.rec = 1
 end
 
@@ -271,7 +303,7 @@ for i = 1, n do
     reportWindow(hit)
   end
   if marks == 2 and hit.rec ~= 0 then
-    redis.call('SET', hit.p, 1, 'PX', markttl)
+    redis.call('SET', hit.p, '1', 'PX', ARGV[6])
   end
   local verdict = 1
   if not hit.allowed then

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -29,14 +30,62 @@ func (s *Redis) keyBase(rule string, key Key) string {
 	return s.o.Prefix + "{" + rule + "|" + key.s + "}"
 }
 
-// appendKeys appends the Redis keys of h's counter: a sliding window's
-// sorted set and hash, or a token bucket's string.
-func (s *Redis) appendKeys(keys []string, h *Hit) []string {
-	base := s.keyBase(h.Rule.Name, h.Key)
-	if h.Rule.Algorithm == TokenBucket {
-		return append(keys, base+":b")
+// counterKeys returns the Redis keys of hits' counters in order: a
+// sliding window's sorted set and hash, or a token bucket's string, each
+// followed by its pending mark's key when marks. They are cut from one
+// string: one allocation for the batch instead of two or three per hit.
+func (s *Redis) counterKeys(hits []Hit, marks bool) []string {
+	per := func(h *Hit) (n int, size int) {
+		n = 2
+		if h.Rule.Algorithm == TokenBucket {
+			n = 1
+		}
+		if marks {
+			n++
+		}
+		return n, n * (len(s.o.Prefix) + len(h.Rule.Name) + len(h.Key.s) + len("{|}:z"))
 	}
-	return append(keys, base+":z", base+":h")
+	count, total := 0, 0
+	for i := range hits {
+		n, size := per(&hits[i])
+		count, total = count+n, total+size
+	}
+	buf := make([]byte, 0, total)
+	keys := make([]string, 0, count)
+	for i := range hits {
+		h := &hits[i]
+		n, _ := per(h)
+		for k := range n {
+			buf = append(buf, s.o.Prefix...)
+			buf = append(buf, '{')
+			buf = append(buf, h.Rule.Name...)
+			buf = append(buf, '|')
+			buf = append(buf, h.Key.s...)
+			buf = append(buf, '}', ':', counterSuffix(h.Rule.Algorithm, k))
+		}
+	}
+	// buf is never written again: the keys share it.
+	all := unsafe.String(unsafe.SliceData(buf), len(buf))
+	at := 0
+	for i := range hits {
+		h := &hits[i]
+		n, size := per(h)
+		for k := range n {
+			keys = append(keys, all[at+k*size/n:at+(k+1)*size/n])
+		}
+		at += size
+	}
+	return keys
+}
+
+// counterSuffix is the last letter of the k-th key of a counter (see
+// counterKeys): z and h for a window, b for a bucket, then p, its pending
+// mark.
+func counterSuffix(a Algorithm, k int) byte {
+	if a == TokenBucket {
+		return "bp"[k]
+	}
+	return "zhp"[k]
 }
 
 // Decide implements Store.
@@ -304,16 +353,12 @@ func (s *Redis) run(ctx context.Context, sh *redisShard, hits []Hit, now time.Ti
 	if sh.down.Load() {
 		return false, ErrUnavailable
 	}
-	keys := make([]string, 0, 3*len(hits))
+	keys := s.counterKeys(hits, marks != marksNone)
 	args := make([]any, 0, 6+6*len(hits))
 	args = append(args, len(hits), s.clock(now), int(mode), maxSlots, int(marks), markFor.Milliseconds())
 	for i := range hits {
 		h := &hits[i]
 		limit, burst := h.Limits()
-		keys = s.appendKeys(keys, h)
-		if marks != marksNone {
-			keys = append(keys, s.keyBase(h.Rule.Name, h.Key)+":p")
-		}
 		shadow := 0
 		if h.Rule.Shadow {
 			shadow = 1

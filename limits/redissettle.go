@@ -94,13 +94,16 @@ func (s *Redis) correct(ctx context.Context, sh *redisShard, cs []correction, no
 // apply runs settle.lua for cs on sh within timeout, whatever sh's breaker
 // says.
 func (s *Redis) apply(ctx context.Context, sh *redisShard, cs []correction, now time.Time, timeout time.Duration) error {
-	keys := make([]string, 0, 2*len(cs))
+	hits := make([]Hit, len(cs))
+	for i := range cs {
+		hits[i] = *cs[i].h
+	}
+	keys := s.counterKeys(hits, false)
 	args := make([]any, 0, 3+7*len(cs))
 	args = append(args, len(cs), s.clock(now), maxSlots)
 	for i := range cs {
 		c := &cs[i]
 		limit, burst := c.h.Limits()
-		keys = s.appendKeys(keys, c.h)
 		args = append(args, algorithmArg(c.h.Rule.Algorithm), c.rec, c.at, c.delta, limit,
 			c.h.Rule.Window.Microseconds(), burst)
 	}

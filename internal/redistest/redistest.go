@@ -95,6 +95,15 @@ func (s *Server) Restart(t testing.TB) {
 	s.start(t, bin)
 }
 
+// PID is the server's process id (0 when stopped): benchmarks read its
+// CPU time from /proc.
+func (s *Server) PID() int {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // URL is the server's redis:// URL.
 func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
 

@@ -55,7 +55,7 @@ REDIS_SERVER=${REDIS_SERVER:-redis-server}
 REDIS_CLI=${REDIS_CLI:-redis-cli}
 REDIS_BENCHMARK=${REDIS_BENCHMARK:-redis-benchmark}
 WINDOW_US=60000000 # the rule's window: one minute, as redisload's
-MAX_SLOTS=1000     # limits.maxSlots, the last ARGV of every hit
+MAX_SLOTS=1000     # limits.maxSlots, the script's fourth ARGV
 
 NAME=redis.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -151,7 +151,7 @@ prefill() {
 		printf -v key '%012d' "$k"
 		"$REDIS_BENCHMARK" -h 127.0.0.1 -p "$PORT" -c 1 -n "$PREFILL" -q \
 			EVALSHA "$SHA" 2 "ratelimit-proxy:{chat_rpm|caller=ip:$key}:z" "ratelimit-proxy:{chat_rpm|caller=ip:$key}:h" \
-			1 0 "$LIMIT" "$WINDOW_US" 1 "$MAX_SLOTS" >/dev/null || die "prefill failed"
+			1 0 0 "$MAX_SLOTS" 0 0 w 0 "$LIMIT" "$WINDOW_US" 1 0 >/dev/null || die "prefill failed"
 	done
 }
 
@@ -166,7 +166,7 @@ measure() { # measure ROUND CONTENDER
 	benchmark)
 		timed "$out" "$out.cpu" "$REDIS_BENCHMARK" -h 127.0.0.1 -p "$PORT" -c "$C" -n "$N" -r "$KEYS" --csv --precision 3 \
 			EVALSHA "$SHA" 2 "ratelimit-proxy:{chat_rpm|caller=ip:__rand_int__}:z" "ratelimit-proxy:{chat_rpm|caller=ip:__rand_int__}:h" \
-			1 0 "$LIMIT" "$WINDOW_US" 1 "$MAX_SLOTS" ||
+			1 0 0 "$MAX_SLOTS" 0 0 w 0 "$LIMIT" "$WINDOW_US" 1 0 ||
 			die "redis-benchmark failed: $(cat "$out")"
 		t1=$(redis_ticks)
 		# "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"

@@ -41,10 +41,11 @@ func rawWorkers(cfg config, rule *limits.Rule, names []string, sha string) (func
 	}
 	// The request up to the keys, and after them, are the same for every call.
 	// limits/redis.lua's arguments for one sliding-window hit: count, now
-	// (0: Redis's clock), mode (decide), max slots, then the hit's
-	// algorithm, shadow, limit, window (µs), cost and burst.
-	head := []byte("*15\r\n$7\r\nEVALSHA\r\n$40\r\n" + sha + "\r\n$1\r\n2\r\n")
-	tail := []byte(bulk("1") + bulk("0") + bulk("0") + bulk("1000") + bulk("w") + bulk("0") +
+	// (0: Redis's clock), mode (decide), max slots, pending marks (none: a
+	// single server) and their lifetime, then the hit's algorithm, shadow,
+	// limit, window (µs), cost and burst.
+	head := []byte("*17\r\n$7\r\nEVALSHA\r\n$40\r\n" + sha + "\r\n$1\r\n2\r\n")
+	tail := []byte(bulk("1") + bulk("0") + bulk("0") + bulk("1000") + bulk("0") + bulk("0") + bulk("w") + bulk("0") +
 		bulk(strconv.FormatInt(rule.Limit, 10)) + bulk(strconv.FormatInt(rule.Window.Microseconds(), 10)) + bulk("1") + bulk("0"))
 	zs := make([]string, len(names))
 	hs := make([]string, len(names))
