@@ -2,7 +2,7 @@ package upstream
 
 import "sync"
 
-// bufferPool recycles ReverseProxy's 32 KiB copy buffers: without it every
+// bufferPool recycles the 32 KiB body copy buffers: without it every
 // forwarded response allocates one, and the garbage collector's work grows
 // with traffic.
 type bufferPool struct{ p sync.Pool }
@@ -22,3 +22,15 @@ func (b *bufferPool) Put(buf []byte) {
 	}
 	b.p.Put(&buf)
 }
+
+// get and put hand out the buffer by its pointer, so that giving it back
+// allocates nothing.
+func (b *bufferPool) get() *[]byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return v
+	}
+	buf := make([]byte, copyBufferSize)
+	return &buf
+}
+
+func (b *bufferPool) put(v *[]byte) { b.p.Put(v) }

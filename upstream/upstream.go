@@ -1,8 +1,9 @@
-// Package upstream forwards admitted requests to the protected API:
-// httputil.ReverseProxy with Rewrite over NewTransport (upstream/h1's
+// Package upstream forwards admitted requests to the protected API: its
+// own forwarding handler (forward.go) over NewTransport (upstream/h1's
 // pooled HTTP/1.1 client for http://, a tuned http.Transport for https://
-// and upgrades), streaming responses flushed as they arrive and
-// transport errors classified into 502 and 504.
+// and upgrades), streaming responses flushed when the upstream has
+// nothing more buffered, protocol upgrades tunnelled by
+// httputil.ReverseProxy, and transport errors classified into 502 and 504.
 package upstream
 
 import (
@@ -46,12 +47,13 @@ type Options struct {
 	// Transport replaces the default tuned transport (tests).
 	Transport http.RoundTripper
 	// OutgoingBody, when set and returning non-nil, is the body sent
-	// upstream instead of ReverseProxy's wrapper of the inbound one. A
-	// NopCloser around a bytes.Reader lets the transport write the headers
-	// and body in one syscall, which ReverseProxy's wrapper prevents.
+	// upstream instead of a wrapper of the inbound one. A NopCloser around
+	// a bytes.Reader lets the transport write the headers and body in one
+	// syscall, which the wrapper prevents.
 	OutgoingBody func(in *http.Request) io.ReadCloser
-	// ModifyResponse, when set, is ReverseProxy's: it may wrap the body of
-	// the upstream's response before it is copied to the client.
+	// ModifyResponse, when set, is called with the upstream's response
+	// (hop-by-hop headers removed) before anything is sent to the client:
+	// it may edit the headers and wrap the body; an error is a 502.
 	ModifyResponse func(*http.Response) error
 }
 
@@ -59,8 +61,10 @@ type Options struct {
 // cancelled the request (nginx's 499); nothing can be sent then.
 const StatusClientClosed = 499
 
-// New returns the forwarding handler.
-func New(o Options) *httputil.ReverseProxy {
+// New returns the forwarding handler: protocol upgrades go to an
+// httputil.ReverseProxy (it tunnels a 101), every other request through
+// forwarder.
+func New(o Options) http.Handler {
 	target := o.Target
 	trust := o.TrustForwarded
 	if trust == nil {
@@ -75,7 +79,8 @@ func New(o Options) *httputil.ReverseProxy {
 		rt = NewTransport(o.Target, o.ResponseHeaderTimeout)
 	}
 	claims := newClaimSet()
-	return &httputil.ReverseProxy{
+	f := &forwarder{o: o, target: target, rt: rt, trust: trust, clientIP: clientIP, claims: claims}
+	f.upgrades = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			if o.OutgoingBody != nil && pr.Out.Body != nil {
 				if b := o.OutgoingBody(pr.In); b != nil {
@@ -118,16 +123,14 @@ func New(o Options) *httputil.ReverseProxy {
 		},
 		Transport:      rt,
 		ModifyResponse: o.ModifyResponse,
-		// FlushInterval 0: ReverseProxy already flushes every write of a
-		// text/event-stream or unknown-length (chunked) response, and
-		// batches writes of a sized body, which saves a syscall per 32 KiB.
-		BufferPool: &bufferPool{},
+		BufferPool:     &f.buffers,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if o.ErrorHandler != nil {
 				o.ErrorHandler(w, r, Status(r.Context(), err))
 			}
 		},
 	}
+	return f
 }
 
 // clientAddressHeaders are the request headers that claim a client

@@ -164,7 +164,7 @@ type span struct{ a, b int }
 var _ io.ReadCloser = (*reader)(nil)
 
 // reader is the io.ReadCloser NewReader returns. Read and Close must not
-// be called concurrently (httputil.ReverseProxy calls both from one
+// be called concurrently (the forwarding calls both from one
 // goroutine).
 type reader struct {
 	body io.ReadCloser
@@ -196,7 +196,7 @@ type reader struct {
 }
 
 // NewReader wraps body. done (if not nil) is called exactly once, from
-// Close, with what was seen; httputil.ReverseProxy always closes the body,
+// Close, with what was seen; the forwarding always closes the body,
 // also after a failed copy. Read returns the bytes for the client: with
 // stripping, possibly fewer than were read from body, but never 0 and a
 // nil error (it reads on when a whole read was stripped).
@@ -289,6 +289,24 @@ func (r *reader) scan(b []byte) {
 		}
 		b = b[k:]
 	}
+}
+
+// Buffered returns how many bytes Read can return without waiting on the
+// upstream: those released and not yet read, and what the wrapped body
+// says it has at hand (0 when it cannot tell). The forwarding flushes a
+// stream when this is 0. An event held while stripping is not counted: it
+// waits for the rest of itself. Must not be called concurrently with Read.
+func (r *reader) Buffered() int {
+	if r.closed {
+		return 0
+	}
+	n := len(r.out) - r.outPos
+	if r.err == nil {
+		if b, ok := r.body.(interface{ Buffered() int }); ok {
+			n += b.Buffered()
+		}
+	}
+	return n
 }
 
 // Close closes the body and reports the result to done, once.

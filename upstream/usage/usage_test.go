@@ -3,6 +3,7 @@ package usage_test
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -238,5 +239,41 @@ func TestMaxTextBatches(t *testing.T) {
 		if res.Output != int64(want) || len(batches) < want/1000 {
 			t.Fatalf("%s: Output %d in %d batches, want %d", s.name, res.Output, len(batches), want)
 		}
+	}
+}
+
+// bufferedBody says how many of its bytes are at hand, as *h1.Body does.
+type bufferedBody struct {
+	*strings.Reader
+}
+
+func (b bufferedBody) Close() error  { return nil }
+func (b bufferedBody) Buffered() int { return b.Len() }
+
+// The reader passes its body's Buffered through (the forwarding flushes a
+// stream when it is 0), and says 0 when the body cannot tell.
+func TestReaderBuffered(t *testing.T) {
+	type buffered interface{ Buffered() int }
+	stream := "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"
+	r := usage.NewReader(bufferedBody{strings.NewReader(stream)}, usage.Options{API: usage.OpenAIChat, Stream: true}, nil)
+	b, ok := r.(buffered)
+	if !ok {
+		t.Fatal("reader has no Buffered")
+	}
+	if n := b.Buffered(); n != len(stream) {
+		t.Fatalf("before reading: %d, want %d", n, len(stream))
+	}
+	p := make([]byte, 10)
+	n, _ := r.Read(p)
+	if got := b.Buffered(); got != len(stream)-n {
+		t.Fatalf("after %d bytes: %d", n, got)
+	}
+	io.ReadAll(r)
+	if got := b.Buffered(); got != 0 {
+		t.Fatalf("at the end: %d", got)
+	}
+	r = usage.NewReader(io.NopCloser(strings.NewReader(stream)), usage.Options{API: usage.OpenAIChat, Stream: true}, nil)
+	if got := r.(buffered).Buffered(); got != 0 {
+		t.Fatalf("body that cannot tell: %d", got)
 	}
 }
