@@ -114,6 +114,16 @@ func (b *Body) finish(err error, reuse bool) {
 // Close implements io.Closer. A body not read to its end closes its
 // connection.
 func (b *Body) Close() error {
+	b.mu.Lock()
+	done := b.err != nil
+	b.mu.Unlock()
+	if !done && b.kind == bodyLength && b.left <= int64(b.br.Buffered()) {
+		// The rest is already in the buffer (a client that left just as
+		// the answer came): read past it and keep the connection.
+		b.br.Discard(int(b.left))
+		b.left = 0
+		b.finish(io.EOF, true)
+	}
 	b.finish(errBodyClosed, false)
 	b.mu.Lock()
 	b.err = errBodyClosed

@@ -272,22 +272,69 @@ func TestConnectionClose(t *testing.T) {
 }
 
 func TestUnreadBodyClosesConnection(t *testing.T) {
-	o := newRawOrigin(t, func(_ int64, c net.Conn, _ *http.Request, _ []byte) bool {
+	hold := make(chan struct{})
+	o := newRawOrigin(t, func(n int64, c net.Conn, r *http.Request, _ []byte) bool {
+		if r.URL.Path == "/partial" { // the rest of the body is never sent
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n012")
+			<-hold
+			return false
+		}
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789")
 		return true
 	})
+	defer close(hold)
 	cl := o.client(h1.Options{})
-	req, _ := http.NewRequest("GET", o.url("/"), nil)
-	res, err := cl.RoundTrip(req)
-	if err != nil {
-		t.Fatal(err)
+	closeEarly := func(path string) {
+		req, _ := http.NewRequest("GET", o.url(path), nil)
+		res, err := cl.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 3)
+		io.ReadFull(res.Body, buf)
+		res.Body.Close()
 	}
-	buf := make([]byte, 3)
-	io.ReadFull(res.Body, buf)
-	res.Body.Close()
+	// The rest of the body was in the buffer already: read past, reused.
+	closeEarly("/")
+	do(t, cl, "GET", o.url("/"), "")
+	if n := o.conns.Load(); n != 1 {
+		t.Fatalf("%d connections, want 1: a body closed with its rest buffered is reused", n)
+	}
+	// The rest has not come: the connection (the pooled one) cannot be
+	// reused, and the next request dials.
+	closeEarly("/partial")
 	do(t, cl, "GET", o.url("/"), "")
 	if n := o.conns.Load(); n != 2 {
-		t.Fatalf("%d connections, want 2: a body closed early is not reused", n)
+		t.Fatalf("%d connections, want 2: a body closed before its end is not reused", n)
+	}
+}
+
+// TestCancelledAfterTheAnswerKeepsConnection: a request whose context ends
+// once its answer is in (a client that left as the answer came) still
+// gives its connection back, read to the end from the buffer.
+func TestCancelledAfterTheAnswerKeepsConnection(t *testing.T) {
+	o := newRawOrigin(t, func(_ int64, c net.Conn, _ *http.Request, _ []byte) bool { return okJSON(c) })
+	cl := o.client(h1.Options{})
+	for range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, "POST", o.url("/"), strings.NewReader("x"))
+		res, err := cl.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for res.Body.(*h1.Body).Buffered() == 0 { // the whole answer is in
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if string(b) != `{"ok":true}` {
+			t.Fatalf("body %q", b)
+		}
+	}
+	do(t, cl, "GET", o.url("/"), "")
+	if n := o.conns.Load(); n != 1 {
+		t.Fatalf("%d connections for 21 requests, 20 of them cancelled after their answer came, want 1", n)
 	}
 }
 

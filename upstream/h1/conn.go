@@ -9,6 +9,7 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -125,11 +126,31 @@ func (cn *Conn) readErr(err error, head bool) error {
 // release ends the request in flight: the connection goes back to the
 // pool when reuse, or is closed.
 func (cn *Conn) release(reuse bool) {
-	if cn.unwatch() && reuse && !cn.closeAfter {
+	watched := cn.unwatch()
+	if reuse && !cn.closeAfter && (watched || cn.undoAbort()) {
 		cn.c.put(cn)
 		return
 	}
 	cn.nc.Close()
+}
+
+// undoAbort makes a connection whose request was cancelled usable again,
+// once its response has been read to the end all the same (it was in the
+// read buffer already): a client that leaves after the upstream answered
+// costs no upstream connection. The abort has started (the watch could not
+// be stopped): wait for it to set its deadline, then clear the deadline.
+func (cn *Conn) undoAbort() bool {
+	for {
+		cn.mu.Lock()
+		if cn.aborted {
+			break
+		}
+		cn.mu.Unlock()
+		runtime.Gosched()
+	}
+	defer cn.mu.Unlock()
+	cn.aborted = false
+	return cn.nc.SetDeadline(time.Time{}) == nil
 }
 
 // Close closes the connection.
