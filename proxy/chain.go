@@ -64,6 +64,7 @@ type exchange struct {
 	est     tokens.Estimate // the token count of a protected body
 	budget  budget          // token accounting (SPEC §8)
 	den     denial          // the answer of the step that refused, when one did
+	sig     refusalSig      // a 429's signature (refusal.go)
 	candBuf [maxInlineRules]*rule
 	hitBuf  [maxInlineRules]limits.Hit
 	outBuf  [maxInlineRules]limits.Decision
@@ -120,11 +121,17 @@ type denial struct {
 		name  string // canonical: set by direct map assignment
 		value []string
 	}
-	nh    int
-	count prometheus.Counter // a rule's counter of this refusal; nil none
-	level slog.Level
-	msg   string // the log line, "" none
-	log   []any  // its attributes
+	nh int
+	// A 429 is written from its prepared answer (refusal.go): prepared
+	// when one was ready, made from this denial otherwise (prepare).
+	prepared *prepared
+	sig      *refusalSig        // what keeps it; nil: not kept
+	first    int                // the first refusing hit
+	retryMs  int64              // its Retry-After-Ms
+	count    prometheus.Counter // a rule's counter of this refusal; nil none
+	level    slog.Level
+	msg      string // the log line, "" none
+	log      []any  // its attributes
 }
 
 // refuse makes x's denial: decision for the metrics, answered with status,
@@ -177,6 +184,13 @@ func (x *exchange) deny(d *denial) {
 		x.p.log.Log(context.Background(), d.level, d.msg, d.log...)
 	}
 	if d.e.status == 0 {
+		return
+	}
+	if d.e.status == http.StatusTooManyRequests {
+		if d.prepared == nil {
+			d.prepared = x.prepare(d, d.first, d.sig)
+		}
+		x.writePrepared(d)
 		return
 	}
 	h := x.Header()

@@ -425,17 +425,16 @@ func (x *exchange) invalid(message string) *denial {
 // rateLimited is the 429 of a refused batch (SPEC §5, §7.3): denied_by,
 // denied_key and limit of the first refusing rule in evaluation order,
 // violated naming every refusing rule, the longest wait in
-// retry_after_seconds and Retry-After.
+// retry_after_seconds and Retry-After. When the same answer was rendered
+// before (refusal.go), the denial carries it and nothing is rendered.
 func (x *exchange) rateLimited() *denial {
 	first := firstRefusing(x)
 	show := -1
-	var violated []string
 	var wait time.Duration
 	for i, ru := range x.rules {
 		if x.out[i].Allowed || ru.action == actShadow {
 			continue
 		}
-		violated = append(violated, ru.lim.Name)
 		wait = max(wait, x.out[i].RetryAfter)
 		if !ru.cost.metered() {
 			x.out[i].Remaining = 0 // a token rule shows what is left: a smaller request may fit
@@ -455,8 +454,27 @@ func (x *exchange) rateLimited() *denial {
 	}
 	x.limited, x.show, x.refused = true, show, true
 	h := &x.hits[first]
-	d := &x.out[first]
 	retry := max(ceilSeconds(wait), 1)
+	den := x.refuse(decRateLimited, http.StatusTooManyRequests, codeRateLimited, "")
+	den.first, den.retryMs = first, retryAfterMs(wait)
+	if x.p.log.Enabled(x.r.Context(), slog.LevelInfo) {
+		den.logged("rule", h.Rule.Name, "key", x.keys.loggedKey(x.rules[first]), "retry_after", retry, "path", x.r.URL.Path)
+	}
+	sig := &x.sig
+	if x.p.prepared == nil || !x.sign(sig) {
+		sig = nil
+	} else if den.prepared = x.p.prepared.get(preparedKey{x.rules[first], h.Key}, sig); den.prepared != nil {
+		return den
+	}
+	den.sig = sig
+
+	var violated []string
+	for i, ru := range x.rules {
+		if !x.out[i].Allowed && ru.action != actShadow {
+			violated = append(violated, ru.lim.Name)
+		}
+	}
+	d := &x.out[first]
 	secs := strconv.FormatInt(retry, 10)
 	// A spent money budget is OpenAI's insufficient_quota, its limit in
 	// dollars (SPEC §8.1).
@@ -464,19 +482,14 @@ func (x *exchange) rateLimited() *denial {
 	if x.rules[first].cost == costUSD {
 		code, message, limit = codeInsufficientQuota, "The spend limit of rule "+h.Rule.Name+" is reached.", dollars(d.Limit)
 	}
-	den := x.refuse(decRateLimited, http.StatusTooManyRequests, code, message+" Please retry after "+secs+" seconds.").
-		with(field{"retry_after_seconds", retry},
-			field{"denied_by", h.Rule.Name},
-			field{"denied_key", h.Key.String()},
-			field{"limit", limit},
-			field{"violated", violated}).
+	den.e.code, den.e.message = code, message+" Please retry after "+secs+" seconds."
+	return den.with(field{"retry_after_seconds", retry},
+		field{"denied_by", h.Rule.Name},
+		field{"denied_key", h.Key.String()},
+		field{"limit", limit},
+		field{"violated", violated}).
 		header("Retry-After", []string{secs}).
-		header("X-Ratelimit-Retry-After", []string{secs}).
-		header("Retry-After-Ms", []string{strconv.FormatInt(max(ceilMillis(wait), 1), 10)})
-	if x.p.log.Enabled(x.r.Context(), slog.LevelInfo) {
-		den.logged("rule", h.Rule.Name, "key", x.keys.loggedKey(x.rules[first]), "retry_after", retry, "path", x.r.URL.Path)
-	}
-	return den
+		header("X-Ratelimit-Retry-After", []string{secs})
 }
 
 // storeFailed applies FAIL_OPEN when the store could not decide: go on

@@ -87,6 +87,7 @@ type Proxy struct {
 	forward   http.Handler // unprotected requests: WebSocket upgrades pass
 	guarded   http.Handler // admitted protected requests: no upgrade passes
 	pool      sync.Pool
+	prepared  *preparedCache // 429s rendered once (refusal.go)
 	// What reloads and live changes need.
 	reload   sync.Mutex // one reload or live change at a time
 	gateMx   *gate.Metrics
@@ -125,6 +126,7 @@ func New(o Options) (*Proxy, error) {
 		getenv:     o.Getenv,
 		logLevel:   o.LogLevel,
 		jwksClient: o.JWKSClient,
+		prepared:   newPreparedCache(),
 	}
 	if p.forget == nil {
 		p.forget = func(string, limits.Key) {}
