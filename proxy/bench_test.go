@@ -176,3 +176,30 @@ func BenchmarkHandlerGroup(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHandlerRemembered is a refused caller asking again: the 429
+// answered from the refusal memory (limits.Remember), its waits counted
+// down by the clock, without a store round trip: the attacker's hot path.
+func BenchmarkHandlerRemembered(b *testing.B) {
+	cfg := config.Default()
+	cfg.UpstreamURL = "http://upstream.invalid"
+	cfg.ChatRPM = 1
+	tk := tokens.New()
+	if err := tk.Preload(); err != nil {
+		b.Fatal(err)
+	}
+	p, err := proxy.New(proxy.Options{Config: cfg, Store: limits.NewRemember(limits.NewMemory(limits.MemoryOptions{}), 100_000),
+		Logger: slog.New(slog.DiscardHandler), Tokenizer: tk, Registerer: prometheus.NewRegistry(),
+		Transport: staticTransport{body: []byte(`{}`)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := p.Handler()
+	for i := range 256 { // each of the 256 callers spends its one request
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(chatBody))
+		r.RemoteAddr = "203.0.113." + strconv.Itoa(i) + ":4711"
+		r.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(&discardWriter{h: http.Header{}}, r)
+	}
+	postChats(b, h, "/v1/chat/completions", nil)
+}

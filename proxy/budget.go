@@ -82,17 +82,16 @@ type budget struct {
 
 // meteredCost sets the cost of a token or money rule's hit. include is
 // false when the rule is left out of the batch (a shadow rule that would
-// refuse before deciding); ok is false when it answered (400
-// unpriced_model).
-func (p *Proxy) meteredCost(x *exchange, r *http.Request, in *keyInput, pol *policy, ru *rule, h *limits.Hit) (include, ok bool) {
+// refuse before deciding); the denial is 400 unpriced_model.
+func (x *exchange) meteredCost(ru *rule, h *limits.Hit) (include bool, d *denial) {
 	if ru.cost == costUSD {
-		c, priced, ok := p.usdCost(x, r, in, ru, pol)
-		if !priced || !ok {
-			return false, ok
+		c, priced, d := x.usdCost(ru)
+		if !priced || d != nil {
+			return false, d
 		}
 		h.Cost = c
 	} else {
-		h.Cost = p.tokenCost(x, in, ru.cost)
+		h.Cost = x.tokenCost(ru.cost)
 	}
 	if x.apiPath != "" && x.est.Stopped {
 		// Past MAX_INPUT_TOKENS: the token cap refuses it, and a prompt
@@ -100,7 +99,7 @@ func (p *Proxy) meteredCost(x *exchange, r *http.Request, in *keyInput, pol *pol
 		// shows its state.
 		h.Cost = 0
 	}
-	return true, true
+	return true, nil
 }
 
 // hiddenInput names the member of a Responses API request that refers to
@@ -118,10 +117,10 @@ func hiddenInput(in *keyInput) string {
 
 // tokenCost is the cost of a token rule's hit: the input estimate, plus
 // the requested output for total_tokens.
-func (p *Proxy) tokenCost(x *exchange, in *keyInput, c costKind) int64 {
+func (x *exchange) tokenCost(c costKind) int64 {
 	cost := int64(x.est.Tokens)
 	if c == costTotal {
-		cost = min(cost+requestedOutput(in, x.pol.cfg.OutputTokenReserve, int64(x.est.Batch)), maxReserve)
+		cost = min(cost+requestedOutput(&x.keys, x.pol.cfg.OutputTokenReserve, int64(x.est.Batch)), maxReserve)
 	}
 	return cost
 }
@@ -197,39 +196,39 @@ func capacity(h *limits.Hit) int64 {
 	return limit
 }
 
-// tooCostly answers 413 input_too_large for a request whose cost on rule i
+// tooCostly is the 413 input_too_large of a request whose cost on rule i
 // alone exceeds what the rule can ever admit (SPEC §8): no wait would
 // help. The rate-limit headers show the rules' state from a peek; nothing
 // is recorded.
-func (p *Proxy) tooCostly(x *exchange, r *http.Request, in *keyInput, now time.Time, i int) {
+func (x *exchange) tooCostly(i int) *denial {
 	x.sizeOut()
 	ru, h := x.rules[i], &x.hits[i]
-	if _, err := p.store.Peek(r.Context(), x.hits, now, x.out); err == nil {
-		p.observeRules(x, in, r, len(x.rules)) // the peek refuses that hit: counted once
-		x.limited, x.show = p.fewestRemaining(x)
+	if _, err := x.p.store.Peek(x.r.Context(), x.hits, x.start, x.out); err == nil {
+		x.observeRules(len(x.rules)) // the peek refuses that hit: counted once
+		x.limited, x.show = x.fewestRemaining()
 	} else {
 		ru.metrics.refused.Inc()
 	}
 	c := capacity(h)
 	if ru.cost == costUSD {
-		p.tooLarge(x, r, &in.c, ru.lim.Name, &apiError{status: http.StatusRequestEntityTooLarge, code: codeInputTooLarge,
-			message: "The request's reservation of $" + config.Dollars(h.Cost) + " exceeds the limit of $" +
-				config.Dollars(c) + " of rule " + ru.lim.Name + ": it can never be admitted.",
-			fields: []field{{"denied_by", ru.lim.Name}, {"limit", dollars(c)}, {"estimated_cost_usd", dollars(h.Cost)},
-				{"estimated_tokens", x.est.Tokens}}})
-		return
+		return x.tooLarge(&x.keys.c, ru.lim.Name, codeInputTooLarge,
+			"The request's reservation of $"+config.Dollars(h.Cost)+" exceeds the limit of $"+
+				config.Dollars(c)+" of rule "+ru.lim.Name+": it can never be admitted.").
+			with(field{"denied_by", ru.lim.Name}, field{"limit", dollars(c)}, field{"estimated_cost_usd", dollars(h.Cost)},
+				field{"estimated_tokens", x.est.Tokens})
 	}
-	p.tooLarge(x, r, &in.c, ru.lim.Name, &apiError{status: http.StatusRequestEntityTooLarge, code: codeInputTooLarge,
-		message: "The request's cost of " + strconv.FormatInt(h.Cost, 10) + " tokens exceeds the limit of " +
-			strconv.FormatInt(c, 10) + " of rule " + ru.lim.Name + ": it can never be admitted.",
-		fields: []field{{"denied_by", ru.lim.Name}, {"limit", c}, {"estimated_tokens", h.Cost}}})
+	return x.tooLarge(&x.keys.c, ru.lim.Name, codeInputTooLarge,
+		"The request's cost of "+strconv.FormatInt(h.Cost, 10)+" tokens exceeds the limit of "+
+			strconv.FormatInt(c, 10)+" of rule "+ru.lim.Name+": it can never be admitted.").
+		with(field{"denied_by", ru.lim.Name}, field{"limit", c}, field{"estimated_tokens", h.Cost})
 }
 
 // admitted prepares the accounting of a request the token rules admitted:
 // its response is read for usage; with a total_tokens charge recorded, the
 // charge is settled when the response ends, and an OpenAI streaming request
 // that did not ask for usage is made to (the client does not see it).
-func (p *Proxy) admitted(x *exchange, r *http.Request, in *keyInput) {
+func (x *exchange) admitted() {
+	r, in := x.r, &x.keys
 	b := &x.budget
 	for i, ru := range x.rules {
 		if !ru.cost.metered() || !x.out[i].Allowed {

@@ -173,26 +173,49 @@ func plainJSON(s string) bool {
 // of the canonical path that matched (/V1/Messages is Anthropic's). Headers
 // already set on w (rate-limit headers, Retry-After) are kept.
 func (p *Proxy) writeError(w http.ResponseWriter, r *http.Request, e *apiError) {
-	path := r.URL.Path
 	x, _ := w.(*exchange)
-	if x != nil && x.apiPath != "" {
-		path = x.apiPath
+	env := envelopeFor(r.URL.Path, p.policy.Load().flatErrors)
+	if x != nil {
+		x.discardIfUnread(r)
+		env = x.envelope()
 	}
-	if x != nil && x.body == nil && !x.bodyRead && x.forwardedAt.IsZero() && r.ContentLength != 0 {
-		discardUnread(x, r)
-	}
-	pol := p.policy.Load()
-	if x != nil && x.pol != nil {
-		pol = x.pol
-	}
-	body := e.body(envelopeFor(path, pol.flatErrors))
-	h := w.Header()
-	h["Content-Type"] = []string{"application/json"}
-	h["Content-Length"] = []string{strconv.Itoa(len(body))}
-	h["Cache-Control"] = []string{"no-store"}
-	h["X-Content-Type-Options"] = []string{"nosniff"}
+	body := e.body(env)
+	contentHeaders(w.Header(), len(body))
 	w.WriteHeader(e.status)
 	w.Write(body)
+}
+
+// envelope is the error format of x's answers: of the canonical path that
+// matched on a protected route, else of the path as sent.
+func (x *exchange) envelope() envelope {
+	path := x.r.URL.Path
+	if x.apiPath != "" {
+		path = x.apiPath
+	}
+	return envelopeFor(path, x.pol.flatErrors)
+}
+
+// The content headers of an error body; the values are shared by every
+// answer and never written to.
+var (
+	jsonType = []string{"application/json"}
+	noStore  = []string{"no-store"}
+	noSniff  = []string{"nosniff"}
+)
+
+func contentHeaders(h http.Header, n int) {
+	h["Content-Type"] = jsonType
+	h["Content-Length"] = intValue(int64(n))
+	h["Cache-Control"] = noStore
+	h["X-Content-Type-Options"] = noSniff
+}
+
+// discardIfUnread reads what has arrived of a body no guard read before
+// answering (discardUnread), unless the request was forwarded.
+func (x *exchange) discardIfUnread(r *http.Request) {
+	if x.body == nil && !x.bodyRead && x.forwardedAt.IsZero() && r.ContentLength != 0 {
+		discardUnread(x, r)
+	}
 }
 
 // Answering before the body was read (401, 415, 429, 400 missing_key),

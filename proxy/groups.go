@@ -242,19 +242,19 @@ func callerDeadline(r *http.Request, start time.Time) time.Time {
 	return d
 }
 
-// enterGroup takes r's slot towards the upstream. It returns the request
-// to forward (carrying the ticket) and the ticket to release, or answers
-// the request itself (503 upstream_busy, 503 when the shared state is
-// down and FAIL_OPEN=false, nothing when the client left) and returns a
-// nil request.
-func (p *Proxy) enterGroup(x *exchange, r *http.Request, grp *group, start time.Time) (*http.Request, *gate.Ticket) {
+// enterGroup takes the request's slot towards the upstream. It returns
+// the request to forward (carrying the ticket) and the ticket to release,
+// or the denial: 503 upstream_busy, 503 when the shared state is down and
+// FAIL_OPEN=false, no answer when the client left.
+func (x *exchange) enterGroup(grp *group) (*http.Request, *gate.Ticket, *denial) {
+	r, start := x.r, x.start
 	// A body the guards did not read (a group path outside
 	// PROTECTED_PATHS) is read now: a client that leaves while queued is
 	// only noticed once its body has been read, and a retry sends it again.
 	if x.body == nil && r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		c := x.pol.identify(r, anthropicPath(canonicalPath(r.URL.Path)))
-		if !p.spool(x, r, &c, start) {
-			return nil, nil
+		if d := x.spool(&c); d != nil {
+			return nil, nil, d
 		}
 	}
 	deadline := callerDeadline(r, start)
@@ -265,34 +265,31 @@ func (p *Proxy) enterGroup(x *exchange, r *http.Request, grp *group, start time.
 			body := x.body
 			r.GetBody = func() (io.ReadCloser, error) { return body.upstreamBody(), nil }
 		}
-		return r.WithContext(gate.WithTicket(r.Context(), t)), t
+		return r.WithContext(gate.WithTicket(r.Context(), t)), t, nil
 	}
 	x.budget.unsent = true // nothing reached the model
 	var busy *gate.BusyError
 	switch {
 	case errors.As(err, &busy):
-		x.decision = decUpstreamBusy
 		secs := max(ceilSeconds(busy.RetryAfter), 1)
 		s := strconv.FormatInt(secs, 10)
-		h := x.Header()
-		h["Retry-After"] = []string{s}
-		h["Retry-After-Ms"] = []string{strconv.FormatInt(max(ceilMillis(busy.RetryAfter), 1), 10)}
-		p.log.Info("request refused: upstream busy", "group", grp.g.Name(), "reason", busy.Reason, "retry_after", secs, "path", r.URL.Path)
-		p.writeError(x, r, &apiError{status: http.StatusServiceUnavailable, code: codeUpstreamBusy,
-			message: "The upstream API is busy. Please retry after " + s + " seconds.",
-			fields:  []field{{"retry_after_seconds", secs}, {"group", grp.g.Name()}, {"reason", busy.Reason}}})
+		d := x.refuse(decUpstreamBusy, http.StatusServiceUnavailable, codeUpstreamBusy,
+			"The upstream API is busy. Please retry after "+s+" seconds.").
+			with(field{"retry_after_seconds", secs}, field{"group", grp.g.Name()}, field{"reason", busy.Reason}).
+			header("Retry-After", []string{s}).
+			header("Retry-After-Ms", []string{strconv.FormatInt(max(ceilMillis(busy.RetryAfter), 1), 10)})
+		d.msg, d.log = "request refused: upstream busy",
+			[]any{"group", grp.g.Name(), "reason", busy.Reason, "retry_after", secs, "path", r.URL.Path}
+		return nil, nil, d
 	case errors.Is(err, gate.ErrUnavailable):
-		p.metrics.storeErrors.Inc()
-		x.decision = decStoreError
-		x.Header()["Retry-After"] = []string{"1"}
-		p.writeError(x, r, &apiError{status: http.StatusServiceUnavailable, code: codeStoreDown,
-			message: "The rate limiter is unavailable. Please retry shortly."})
+		x.p.metrics.storeErrors.Inc()
+		return nil, nil, x.refuse(decStoreError, http.StatusServiceUnavailable, codeStoreDown,
+			"The rate limiter is unavailable. Please retry shortly.").
+			header("Retry-After", []string{"1"})
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		x.decision = decClientClosed
+		return nil, nil, x.gone()
 	default:
-		x.decision = decUpstreamError
-		p.writeError(x, r, &apiError{status: http.StatusBadGateway, code: codeUpstreamDown,
-			message: "The upstream API could not be reached."})
+		return nil, nil, x.refuse(decUpstreamError, http.StatusBadGateway, codeUpstreamDown,
+			"The upstream API could not be reached.")
 	}
-	return nil, nil
 }

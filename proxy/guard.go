@@ -11,146 +11,114 @@ import (
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 )
 
-// guard runs the guard chain of SPEC §4 and §7.3 on a request that is
-// protected or that a rule applies to, as explicit steps:
-//
-//  1. identify the caller (401 with REQUIRE_AUTH, protected routes);
-//  2. the applying rules that need no body: their keys, 400 missing_key;
-//  3. when some applying rule needs the body: a peek (nothing recorded) at
-//     the rules of step 2, so that a caller already over one is refused
-//     before its body is read (with the token rules' state for its
-//     headers);
-//  4. read the body within the caps (415, 413) and, on a protected route,
-//     count its tokens; body key parts are read in the same pass (400);
-//  5. the rules that need the body: their keys;
-//  6. decide every applying rule in one batch, all-or-nothing (429, or a
-//     hold for delay rules);
-//  7. the token cap (413);
-//
-// then the caller forwards. Without body rules step 6 comes right after
-// step 2, before the body is read, as in the first release. It reports
-// whether the request may be forwarded; when not, the answer has been
-// written and x.decision says why.
-func (p *Proxy) guard(x *exchange, r *http.Request, now time.Time, pol *policy, protected bool, cands []*rule) bool {
-	// 1. Identify.
+// identify is the chain's first step (SPEC §4.1): the caller, 401 on a
+// protected route with REQUIRE_AUTH and no credential; then what the key
+// parts are read from.
+func (x *exchange) identify() *denial {
+	r, pol := x.r, x.pol
 	c := pol.identify(r, anthropicPath(x.apiPath))
-	if protected && pol.cfg.RequireAuth && !c.hasCred {
-		x.decision = decUnauthorized
-		msg := "An API key is required: send Authorization: Bearer <key>, X-API-Key or api-key."
+	if x.protected && pol.cfg.RequireAuth && !c.hasCred {
+		d := x.refuse(decUnauthorized, http.StatusUnauthorized, codeUnauthorized,
+			"An API key is required: send Authorization: Bearer <key>, X-API-Key or api-key.")
 		if c.refused != "" {
-			msg = "The bearer token is not a valid JWT: " + c.refused + "."
-			p.log.Info("request denied", "rule", "require_auth", "key", "caller="+c.logged(), "jwt", c.refused, "path", r.URL.Path)
+			d.e.message = "The bearer token is not a valid JWT: " + c.refused + "."
+			d.logged("rule", "require_auth", "key", "caller="+c.logged(), "jwt", c.refused, "path", r.URL.Path)
 		} else {
-			p.log.Info("request denied", "rule", "require_auth", "key", "caller="+c.logged(), "path", r.URL.Path)
+			d.logged("rule", "require_auth", "key", "caller="+c.logged(), "path", r.URL.Path)
 		}
-		x.Header()["Www-Authenticate"] = []string{"Bearer"}
-		p.writeError(x, r, &apiError{status: http.StatusUnauthorized, code: codeUnauthorized, message: msg})
-		return false
+		return d.header("Www-Authenticate", []string{"Bearer"})
 	}
 	in := &x.keys
-	*in = keyInput{r: r, p: p, pol: pol, c: c, path: x.apiPath}
+	*in = keyInput{r: r, p: x.p, pol: pol, c: c, path: x.apiPath}
 	if in.path == "" {
 		in.path = canonicalPath(r.URL.Path)
 	}
 	in.plan = pol.planOf(r, &c)
 	x.hits, x.out, x.rules = x.hitBuf[:0], x.outBuf[:0], x.ruleBuf[:0]
+	return nil
+}
 
-	// 2. The rules that need no body.
-	bodyRules := false
-	for _, ru := range cands {
-		if ru.needsBody {
-			bodyRules = true
-			continue
-		}
-		if !p.addHit(x, r, in, pol, ru) {
-			return false
-		}
-	}
-	if !bodyRules {
-		if len(x.hits) > 0 && !p.decide(x, r, in, now) {
-			return false
-		}
-		if !protected {
-			return true
-		}
-		return p.readBody(x, r, in, now, protected, false, nil, -1) && p.tokenCap(x, r, in)
-	}
-
-	// 3. A caller already over a rule that needs no body is refused
-	// before its body is read.
-	// The token rules' state is peeked too, for the headers of the 429.
-	if n := len(x.hits); n > 0 {
-		p.addShownHits(x, in, cands)
-		x.sizeOut()
-		ok, err := p.store.Peek(r.Context(), x.hits, now, x.out)
-		ok = ok || shownOnly(x, n)
-		switch {
-		case err != nil:
-			x.hits, x.rules = x.hits[:n], x.rules[:n]
-			if !p.storeFailed(x, r, in, err) {
-				return false
+// addHits adds the hits of the applying rules that need no body.
+func (x *exchange) addHits() *denial {
+	for _, ru := range x.cands {
+		if !ru.needsBody {
+			if d := x.addHit(ru); d != nil {
+				return d
 			}
-		case !ok && !p.holdable(x, 0):
-			p.observeRules(x, in, r, n) // the rules decided: counted as a decision would be
-			p.refuse(x, r, in)
-			return false
 		}
+	}
+	return nil
+}
+
+// addBodyHits adds the hits of the applying rules that need the body,
+// once it has been read.
+func (x *exchange) addBodyHits() *denial {
+	for _, ru := range x.cands {
+		if ru.needsBody {
+			if d := x.addHit(ru); d != nil {
+				return d
+			}
+		}
+	}
+	return nil
+}
+
+// peek refuses, before its body is read, a caller already over a rule
+// that needs no body: the batch so far is peeked (nothing recorded), with
+// the token rules' state for the headers of the 429.
+func (x *exchange) peek() *denial {
+	n := len(x.hits)
+	if n == 0 {
+		return nil
+	}
+	x.addShownHits()
+	x.sizeOut()
+	ok, err := x.p.store.Peek(x.r.Context(), x.hits, x.start, x.out)
+	ok = ok || shownOnly(x, n)
+	var d *denial
+	switch {
+	case err != nil:
 		x.hits, x.rules = x.hits[:n], x.rules[:n]
+		d = x.storeFailed(err)
+	case !ok && !x.holdable(0):
+		x.observeRules(n) // the rules decided: counted as a decision would be
+		return x.rateLimited()
 	}
-
-	// 4. The body, its size and (protected) its tokens, with the body key
-	// parts in the same pass.
-	if !p.readBody(x, r, in, now, protected, true, bodyFields(cands), countFor(cands)) {
-		return false
-	}
-
-	// 5, 6. The rules that need the body, then the batch.
-	for _, ru := range cands {
-		if ru.needsBody && !p.addHit(x, r, in, pol, ru) {
-			return false
-		}
-	}
-	if len(x.hits) > 0 && !p.decide(x, r, in, now) {
-		return false
-	}
-	// 7. The token cap.
-	return !protected || p.tokenCap(x, r, in)
+	x.hits, x.rules = x.hits[:n], x.rules[:n]
+	return d
 }
 
 // addHit adds the rule's hit to the batch when the rule applies: its
 // `when` conditions hold and its key can be built (a missing part skips
 // the rule, or answers 400 missing_key with on_missing_key = "reject").
 // The effective limit is the plan's tier, then the key's override; an
-// "unlimited" one leaves the rule out. It reports false when it answered.
-func (p *Proxy) addHit(x *exchange, r *http.Request, in *keyInput, pol *policy, ru *rule) bool {
+// "unlimited" one leaves the rule out.
+func (x *exchange) addHit(ru *rule) *denial {
+	in, r := &x.keys, x.r
 	if !in.conditionsHold(ru) {
 		if in.err != nil {
-			p.invalid(x, r, "The request is ambiguous: "+in.err.Error()+".")
-			return false
+			return x.invalid("The request is ambiguous: " + in.err.Error() + ".")
 		}
-		return true
+		return nil
 	}
 	key, missing, ok := in.key(ru)
 	if in.err != nil {
-		p.invalid(x, r, "The request is ambiguous: "+in.err.Error()+".")
-		return false
+		return x.invalid("The request is ambiguous: " + in.err.Error() + ".")
 	}
 	if !ok {
 		if !ru.reject {
-			return true
+			return nil
 		}
-		ru.metrics.missing.Inc()
-		x.decision = decInvalid
-		p.log.Info("request denied", "rule", ru.lim.Name, "reason", "missing_key", "key_part", missing, "path", r.URL.Path)
-		p.writeError(x, r, &apiError{status: http.StatusBadRequest, code: codeMissingKey,
-			message: "The request lacks " + missing + ", which rule " + ru.lim.Name + " counts by.",
-			fields:  []field{{"rule", ru.lim.Name}, {"key_part", missing}}})
-		return false
+		return x.refuse(decInvalid, http.StatusBadRequest, codeMissingKey,
+			"The request lacks "+missing+", which rule "+ru.lim.Name+" counts by.").
+			with(field{"rule", ru.lim.Name}, field{"key_part", missing}).
+			counted(ru.metrics.missing).
+			logged("rule", ru.lim.Name, "reason", "missing_key", "key_part", missing, "path", r.URL.Path)
 	}
 	h := limits.Hit{Rule: ru.lim, Key: key, Cost: 1}
 	if eff, own := ru.effective(in.plan, key); own {
 		if eff.unlimited {
-			return true // before pricing: an unlimited key is never refused for it (hidden input, unpriced model)
+			return nil // before pricing: an unlimited key is never refused for it (hidden input, unpriced model)
 		}
 		h.Own, h.Limit, h.Burst = true, eff.limit, eff.limit
 		if ru.burstSet {
@@ -162,25 +130,24 @@ func (p *Proxy) addHit(x *exchange, r *http.Request, in *keyInput, pol *policy, 
 			// Input the proxy cannot see cannot be reserved: the budget
 			// would be overshot by it.
 			if ru.action == actShadow {
-				p.shadowWouldRefuse(in, r, ru, "hidden_input")
-				return true
+				x.shadowWouldRefuse(ru, "hidden_input")
+				return nil
 			}
-			ru.metrics.refused.Inc()
-			p.log.Info("request denied", "rule", ru.lim.Name, "reason", "hidden_input", "member", name, "path", r.URL.Path)
-			p.invalid(x, r, "The request's "+name+" refers to input held by the provider, which a usd/total_tokens budget ("+
-				ru.lim.Name+") cannot reserve; send the input itself.")
-			return false
+			return x.invalid("The request's "+name+" refers to input held by the provider, which a usd/total_tokens budget ("+
+				ru.lim.Name+") cannot reserve; send the input itself.").
+				counted(ru.metrics.refused).
+				logged("rule", ru.lim.Name, "reason", "hidden_input", "member", name, "path", r.URL.Path)
 		}
 	}
 	if ru.cost.metered() {
-		include, ok := p.meteredCost(x, r, in, pol, ru, &h)
-		if !ok || !include {
-			return ok
+		include, d := x.meteredCost(ru, &h)
+		if d != nil || !include {
+			return d
 		}
 	}
 	x.hits = append(x.hits, h)
 	x.rules = append(x.rules, ru)
-	return true
+	return nil
 }
 
 // addShownHits adds to the batch, for the headers of a 429 answered
@@ -189,8 +156,9 @@ func (p *Proxy) addHit(x *exchange, r *http.Request, in *keyInput, pol *policy, 
 // conditions need no body, at cost 0: their state is read, nothing of
 // theirs is decided. A rule that cannot be placed so (an ambiguous part,
 // a missing key, an unlimited key) is left to the decision after the body.
-func (p *Proxy) addShownHits(x *exchange, in *keyInput, cands []*rule) {
-	for _, ru := range cands {
+func (x *exchange) addShownHits() {
+	in := &x.keys
+	for _, ru := range x.cands {
 		if !ru.cost.metered() || ru.keyBody || ru.action == actShadow {
 			continue
 		}
@@ -230,77 +198,79 @@ func shownOnly(x *exchange, n int) bool {
 	return true
 }
 
-// decide decides the batch at now, all-or-nothing, holding the request
-// while delay rules allow it (SPEC §7.3), and answers 429 when refused.
-func (p *Proxy) decide(x *exchange, r *http.Request, in *keyInput, now time.Time) bool {
-	if i := oversized(x); i >= 0 {
-		p.tooCostly(x, r, in, now, i)
-		return false
+// decide decides the batch, all-or-nothing, holding the request while
+// delay rules allow it (SPEC §7.3): 429 when refused. Nothing to decide
+// passes.
+func (x *exchange) decide() *denial {
+	if len(x.hits) == 0 {
+		return nil
 	}
-	arrived := now
+	if i := oversized(x); i >= 0 {
+		return x.tooCostly(i)
+	}
+	p, r := x.p, x.r
+	now := x.start
 	held := false
 	for {
 		x.sizeOut()
 		allowed, err := p.store.Decide(r.Context(), x.hits, now, x.out)
 		if err != nil {
 			if held && r.Context().Err() != nil {
-				return p.gone(x) // the client left during the decision
+				return x.leftWhileHeld() // the client left during the decision
 			}
 			if held {
 				x.endHeldRead(false)
-				p.unhold(x, "admitted")
+				x.unhold("admitted")
 			}
-			return p.storeFailed(x, r, in, err)
+			return x.storeFailed(err)
 		}
 		if allowed {
-			p.observeRules(x, in, r, len(x.rules))
+			x.observeRules(len(x.rules))
 			x.decision = decAllowed // a failed peek before may have said store_error
-			x.limited, x.show = p.fewestRemaining(x)
+			x.limited, x.show = x.fewestRemaining()
 			if held {
 				x.endHeldRead(false)
-				p.unhold(x, "admitted")
+				x.unhold("admitted")
 			}
-			p.admitted(x, r, in)
-			return true
+			x.admitted()
+			return nil
 		}
-		if !p.holdable(x, now.Sub(arrived)) {
-			p.observeRules(x, in, r, len(x.rules))
+		if !x.holdable(now.Sub(x.start)) {
+			x.observeRules(len(x.rules))
 			if held {
 				x.endHeldRead(true)
-				p.unhold(x, "rate_limited")
+				x.unhold("rate_limited")
 			}
-			p.refuse(x, r, in)
-			return false
+			return x.rateLimited()
 		}
 		if !held {
-			if !p.hold(x) {
-				p.observeRules(x, in, r, len(x.rules))
-				p.refuse(x, r, in)
-				return false
+			if !x.hold() {
+				x.observeRules(len(x.rules))
+				return x.rateLimited()
 			}
 			held = true
-			p.readWhileHeld(x, r, now)
+			x.readWhileHeld(now)
 		}
-		if !p.wait(r, longestWait(x)) {
-			return p.gone(x)
+		if !wait(r, longestWait(x)) {
+			return x.leftWhileHeld()
 		}
 		now = p.now()
 	}
 }
 
-// gone ends the hold of a request whose client left: nothing is recorded.
-func (p *Proxy) gone(x *exchange) bool {
+// leftWhileHeld ends the hold of a request whose client left: nothing is
+// recorded, nothing answered.
+func (x *exchange) leftWhileHeld() *denial {
 	x.endHeldRead(true)
-	p.unhold(x, "client_closed")
-	x.decision = decClientClosed
-	return false
+	x.unhold("client_closed")
+	return x.gone()
 }
 
 // holdable reports whether the refused batch may be held and decided
 // again: every refusing enforcing rule is a delay rule, and the longest
 // wait ends within the smallest of their max_delay, counted from the
 // request's arrival (elapsed ago).
-func (p *Proxy) holdable(x *exchange, elapsed time.Duration) bool {
+func (x *exchange) holdable(elapsed time.Duration) bool {
 	budget := time.Duration(-1)
 	for i, ru := range x.rules {
 		if x.out[i].Allowed || ru.action == actShadow {
@@ -328,7 +298,8 @@ func longestWait(x *exchange) time.Duration {
 }
 
 // hold takes one of MAX_DELAYED places; false when none is free.
-func (p *Proxy) hold(x *exchange) bool {
+func (x *exchange) hold() bool {
+	p := x.p
 	if p.delayed.Add(1) > x.pol.cfg.MaxDelayed {
 		p.delayed.Add(-1)
 		return false
@@ -338,9 +309,9 @@ func (p *Proxy) hold(x *exchange) bool {
 	return true
 }
 
-func (p *Proxy) unhold(x *exchange, outcome string) {
-	p.delayed.Add(-1)
-	p.ruleSet.held.Dec()
+func (x *exchange) unhold(outcome string) {
+	x.p.delayed.Add(-1)
+	x.p.ruleSet.held.Dec()
 	m := x.heldBy.metrics
 	switch outcome {
 	case "admitted":
@@ -354,7 +325,7 @@ func (p *Proxy) unhold(x *exchange, outcome string) {
 
 // wait sleeps d, or less when the client leaves (false). A client gone
 // as the wait ends is gone too: the decision after it would record it.
-func (p *Proxy) wait(r *http.Request, d time.Duration) bool {
+func wait(r *http.Request, d time.Duration) bool {
 	t := time.NewTimer(max(d, time.Millisecond))
 	defer t.Stop()
 	select {
@@ -379,7 +350,7 @@ func firstRefusing(x *exchange) int {
 // fewestRemaining picks the applying enforcing rule X-RateLimit-* describe
 // (SPEC §7.3, §8): the request rule with the fewest remaining, else the
 // token rule; false when only shadow rules applied (no headers).
-func (p *Proxy) fewestRemaining(x *exchange) (bool, int) {
+func (x *exchange) fewestRemaining() (bool, int) {
 	if i := fewest(x, costRequests); i >= 0 {
 		return true, i
 	}
@@ -393,15 +364,15 @@ func (p *Proxy) fewestRemaining(x *exchange) (bool, int) {
 // shadowWouldRefuse logs and counts what a shadow rule would have refused
 // before deciding (an unpriced model, input it cannot reserve): a shadow
 // rule never refuses, so it is left out of the batch (SPEC §7.3).
-func (p *Proxy) shadowWouldRefuse(in *keyInput, r *http.Request, ru *rule, reason string) {
+func (x *exchange) shadowWouldRefuse(ru *rule, reason string) {
 	ru.metrics.refused.Inc()
 	ru.metrics.shadowDenied.Inc()
-	p.log.Info("shadow rule would refuse", "rule", ru.lim.Name, "reason", reason, "model", in.model, "path", r.URL.Path)
+	x.p.log.Info("shadow rule would refuse", "rule", ru.lim.Name, "reason", reason, "model", x.keys.model, "path", x.r.URL.Path)
 }
 
 // observeRules counts the decision of each of the first n rules, logs and
 // counts what shadow rules would have refused, and sets the usage ratios.
-func (p *Proxy) observeRules(x *exchange, in *keyInput, r *http.Request, n int) {
+func (x *exchange) observeRules(n int) {
 	for i, ru := range x.rules[:n] {
 		d := &x.out[i]
 		m := ru.metrics
@@ -411,8 +382,8 @@ func (p *Proxy) observeRules(x *exchange, in *keyInput, r *http.Request, n int) 
 			m.refused.Inc()
 			if ru.action == actShadow {
 				m.shadowDenied.Inc()
-				p.log.Info("shadow rule would refuse", "rule", ru.lim.Name, "key", p.loggedKey(in, ru),
-					"retry_after", max(ceilSeconds(d.RetryAfter), 1), "path", r.URL.Path)
+				x.p.log.Info("shadow rule would refuse", "rule", ru.lim.Name, "key", x.keys.loggedKey(ru),
+					"retry_after", max(ceilSeconds(d.RetryAfter), 1), "path", x.r.URL.Path)
 			}
 		}
 		if d.Limit > 0 {
@@ -424,7 +395,7 @@ func (p *Proxy) observeRules(x *exchange, in *keyInput, r *http.Request, n int) 
 }
 
 // loggedKey is a hit's key in its log form: IPs truncated (SPEC §6).
-func (p *Proxy) loggedKey(in *keyInput, ru *rule) string {
+func (in *keyInput) loggedKey(ru *rule) string {
 	var b strings.Builder
 	for i := range ru.key {
 		kp := &ru.key[i]
@@ -446,27 +417,24 @@ func (p *Proxy) loggedKey(in *keyInput, ru *rule) string {
 	return b.String()
 }
 
-// invalid answers 400 invalid_request; message never quotes the body.
-func (p *Proxy) invalid(x *exchange, r *http.Request, message string) {
-	x.decision = decInvalid
-	p.writeError(x, r, &apiError{status: http.StatusBadRequest, code: codeInvalidRequest, message: message})
+// invalid is a 400 invalid_request; message never quotes the body.
+func (x *exchange) invalid(message string) *denial {
+	return x.refuse(decInvalid, http.StatusBadRequest, codeInvalidRequest, message)
 }
 
-// refuse answers 429 for a refused batch (SPEC §5, §7.3): denied_by,
+// rateLimited is the 429 of a refused batch (SPEC §5, §7.3): denied_by,
 // denied_key and limit of the first refusing rule in evaluation order,
 // violated naming every refusing rule, the longest wait in
-// retry_after_seconds and Retry-After.
-func (p *Proxy) refuse(x *exchange, r *http.Request, in *keyInput) {
-	x.decision = decRateLimited
+// retry_after_seconds and Retry-After. When the same answer was rendered
+// before (refusal.go), the denial carries it and nothing is rendered.
+func (x *exchange) rateLimited() *denial {
 	first := firstRefusing(x)
 	show := -1
-	var violated []string
 	var wait time.Duration
 	for i, ru := range x.rules {
 		if x.out[i].Allowed || ru.action == actShadow {
 			continue
 		}
-		violated = append(violated, ru.lim.Name)
 		wait = max(wait, x.out[i].RetryAfter)
 		if !ru.cost.metered() {
 			x.out[i].Remaining = 0 // a token rule shows what is left: a smaller request may fit
@@ -486,8 +454,27 @@ func (p *Proxy) refuse(x *exchange, r *http.Request, in *keyInput) {
 	}
 	x.limited, x.show, x.refused = true, show, true
 	h := &x.hits[first]
-	d := &x.out[first]
 	retry := max(ceilSeconds(wait), 1)
+	den := x.refuse(decRateLimited, http.StatusTooManyRequests, codeRateLimited, "")
+	den.first, den.retryMs = first, retryAfterMs(wait)
+	if x.p.log.Enabled(x.r.Context(), slog.LevelInfo) {
+		den.logged("rule", h.Rule.Name, "key", x.keys.loggedKey(x.rules[first]), "retry_after", retry, "path", x.r.URL.Path)
+	}
+	sig := &x.sig
+	if x.p.prepared == nil || !x.sign(sig) {
+		sig = nil
+	} else if den.prepared = x.p.prepared.get(preparedKey{x.rules[first], h.Key}, sig); den.prepared != nil {
+		return den
+	}
+	den.sig = sig
+
+	var violated []string
+	for i, ru := range x.rules {
+		if !x.out[i].Allowed && ru.action != actShadow {
+			violated = append(violated, ru.lim.Name)
+		}
+	}
+	d := &x.out[first]
 	secs := strconv.FormatInt(retry, 10)
 	// A spent money budget is OpenAI's insufficient_quota, its limit in
 	// dollars (SPEC §8.1).
@@ -495,42 +482,31 @@ func (p *Proxy) refuse(x *exchange, r *http.Request, in *keyInput) {
 	if x.rules[first].cost == costUSD {
 		code, message, limit = codeInsufficientQuota, "The spend limit of rule "+h.Rule.Name+" is reached.", dollars(d.Limit)
 	}
-	hdr := x.Header()
-	hdr["Retry-After"] = []string{secs}
-	hdr["X-Ratelimit-Retry-After"] = []string{secs}
-	hdr["Retry-After-Ms"] = []string{strconv.FormatInt(max(ceilMillis(wait), 1), 10)}
-	if p.log.Enabled(r.Context(), slog.LevelInfo) {
-		p.log.Info("request denied", "rule", h.Rule.Name, "key", p.loggedKey(in, x.rules[first]), "retry_after", retry, "path", r.URL.Path)
-	}
-	p.writeError(x, r, &apiError{
-		status:  http.StatusTooManyRequests,
-		code:    code,
-		message: message + " Please retry after " + secs + " seconds.",
-		fields: []field{
-			{"retry_after_seconds", retry},
-			{"denied_by", h.Rule.Name},
-			{"denied_key", h.Key.String()},
-			{"limit", limit},
-			{"violated", violated},
-		},
-	})
+	den.e.code, den.e.message = code, message+" Please retry after "+secs+" seconds."
+	return den.with(field{"retry_after_seconds", retry},
+		field{"denied_by", h.Rule.Name},
+		field{"denied_key", h.Key.String()},
+		field{"limit", limit},
+		field{"violated", violated}).
+		header("Retry-After", []string{secs}).
+		header("X-Ratelimit-Retry-After", []string{secs})
 }
 
 // storeFailed applies FAIL_OPEN when the store could not decide: go on
-// without rate-limit headers (true), or answer 503 (false).
-func (p *Proxy) storeFailed(x *exchange, r *http.Request, in *keyInput, err error) bool {
+// without rate-limit headers (nil), or answer 503.
+func (x *exchange) storeFailed(err error) *denial {
+	p := x.p
 	p.metrics.storeErrors.Inc()
 	x.decision = decStoreError
 	x.limited = false
 	if p.boot.FailOpen != config.FailOpenFalse {
 		p.log.Debug("rate limiter store failed; admitting (fail_open)", "err", err)
-		return true
+		return nil
 	}
-	p.log.Info("request denied", "rule", "fail_open", "key", "caller="+in.c.logged(), "retry_after", 1, "path", r.URL.Path, "err", err)
-	x.Header()["Retry-After"] = []string{"1"}
-	p.writeError(x, r, &apiError{status: http.StatusServiceUnavailable, code: codeStoreDown,
-		message: "The rate limiter is unavailable. Please retry shortly."})
-	return false
+	return x.refuse(decStoreError, http.StatusServiceUnavailable, codeStoreDown,
+		"The rate limiter is unavailable. Please retry shortly.").
+		header("Retry-After", []string{"1"}).
+		logged("rule", "fail_open", "key", "caller="+x.keys.c.logged(), "retry_after", 1, "path", x.r.URL.Path, "err", err)
 }
 
 // sizeOut makes out hold one decision per hit (allocating past

@@ -27,7 +27,8 @@ type heldRead struct {
 // route, a body, within MAX_BODY_BYTES as declared, not compressed (those
 // are refused unread), on a connection whose reads can be given a
 // deadline.
-func (p *Proxy) readWhileHeld(x *exchange, r *http.Request, now time.Time) {
+func (x *exchange) readWhileHeld(now time.Time) {
+	r := x.r
 	if x.apiPath == "" || x.body != nil || x.bodyRead || x.heldRead != nil ||
 		r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 ||
 		r.ContentLength > x.pol.cfg.MaxBodyBytes || compressed(r) {

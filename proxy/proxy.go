@@ -87,6 +87,7 @@ type Proxy struct {
 	forward   http.Handler // unprotected requests: WebSocket upgrades pass
 	guarded   http.Handler // admitted protected requests: no upgrade passes
 	pool      sync.Pool
+	prepared  *preparedCache // 429s rendered once (refusal.go)
 	// What reloads and live changes need.
 	reload   sync.Mutex // one reload or live change at a time
 	gateMx   *gate.Metrics
@@ -125,6 +126,7 @@ func New(o Options) (*Proxy, error) {
 		getenv:     o.Getenv,
 		logLevel:   o.LogLevel,
 		jwksClient: o.JWKSClient,
+		prepared:   newPreparedCache(),
 	}
 	if p.forget == nil {
 		p.forget = func(string, limits.Key) {}
@@ -213,71 +215,93 @@ func (p *Proxy) Handler() http.Handler {
 	return r
 }
 
-// ServeHTTP runs one request: guards on protected routes, then forwarding.
+// ServeHTTP runs one request: the guard chain on protected routes and
+// on the routes a rule applies to, the upstream group, then forwarding.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	x := p.pool.Get().(*exchange)
+	x.begin(p, w, r)
+	defer p.pool.Put(x)
+	defer x.release() // also when forwarding panics (http.ErrAbortHandler)
+	if r = x.pass(); r != nil {
+		r = withBudget(x, r)
+		if x.protected {
+			p.guarded.ServeHTTP(x, r)
+		} else {
+			p.forward.ServeHTTP(x, r) // unprotected, or a rule's own route: upgrades pass, as on any unprotected route
+		}
+	}
+	// No response body to read (the upstream failed, the client left
+	// first), or refused after the token rules admitted it: the input
+	// estimate alone, or nothing, is charged.
+	p.settle(x, usage.Result{})
+	x.route.requests[x.decision].Inc()
+}
+
+// begin makes x the exchange of r, answered on w, under p's current
+// policy: its route, and the rules that apply to it.
+func (x *exchange) begin(p *Proxy, w http.ResponseWriter, r *http.Request) {
 	start := p.now()
 	pol := p.policy.Load()
-	x := p.pool.Get().(*exchange)
-	*x = exchange{ResponseWriter: w, decision: decAllowed, now: p.now, pol: pol}
-	defer p.pool.Put(x)
-
+	*x = exchange{ResponseWriter: w, p: p, r: r, start: start, decision: decAllowed, now: p.now, pol: pol}
 	rt, canonical := pol.route(r)
-	protected := rt != nil
-	if protected {
+	x.protected = rt != nil
+	if x.protected {
 		x.route, x.routeName, x.format, x.apiPath = rt.metrics, rt.label, rt.format, canonical
 	} else {
 		x.route, x.routeName = p.metrics.unprotected, routeUnprotected
 	}
-	defer func() {
-		if x.body != nil {
-			x.body.close()
-		}
-	}()
-	cands := x.candBuf[:0]
-	if pol.cfg.RateLimitEnabled && (protected || pol.ownPaths) {
-		cands = pol.applying(r, protected, pol.routes, cands)
+	x.cands = x.candBuf[:0]
+	if pol.cfg.RateLimitEnabled && (x.protected || pol.ownPaths) {
+		x.cands = pol.applying(r, x.protected, pol.routes, x.cands)
 	}
-	if protected || len(cands) > 0 {
-		pass := p.guard(x, r, start, pol, protected, cands)
-		x.forwardedAt = p.now()
-		x.route.guard.Observe(x.forwardedAt.Sub(start).Seconds())
-		if !pass {
-			p.settle(x, usage.Result{}) // admitted by the token rules, then refused: nothing reached the model
-			x.route.requests[x.decision].Inc()
-			return
+	for _, ru := range x.cands {
+		x.bodyRules = x.bodyRules || ru.needsBody
+	}
+}
+
+// pass runs the guard chain, when the request is protected or a rule
+// applies to it, then takes its upstream group's slot, when its path has
+// one. It returns the request to forward, or nil when a step refused it
+// (the denial answered).
+func (x *exchange) pass() *http.Request {
+	p := x.p
+	guarded := x.protected || len(x.cands) > 0
+	if guarded {
+		d := x.guard()
+		if d != nil {
+			x.deny(d)
 		}
-		if grp := pol.groups.of(r, protected); grp != nil {
-			var t *gate.Ticket
-			if r, t = p.enterGroup(x, r, grp, start); r == nil {
-				p.settle(x, usage.Result{})
-				x.route.requests[x.decision].Inc()
-				return
-			}
-			defer t.Release()
+		x.forwardedAt = p.now()
+		x.route.guard.Observe(x.forwardedAt.Sub(x.start).Seconds())
+		if d != nil {
+			return nil
+		}
+	}
+	grp := x.pol.groups.of(x.r, x.protected)
+	if grp == nil {
+		if !guarded {
 			x.forwardedAt = p.now()
 		}
-		r = withBudget(x, r)
-		if protected {
-			p.guarded.ServeHTTP(x, r)
-		} else {
-			p.forward.ServeHTTP(x, r) // a rule's own route: upgrades pass, as on any unprotected route
-		}
-		// No response body to read (the upstream failed, the client left
-		// first): the input estimate alone is charged.
-		p.settle(x, usage.Result{})
-	} else {
-		if grp := pol.groups.of(r, protected); grp != nil {
-			var t *gate.Ticket
-			if r, t = p.enterGroup(x, r, grp, start); r == nil {
-				x.route.requests[x.decision].Inc()
-				return
-			}
-			defer t.Release()
-		}
-		x.forwardedAt = p.now()
-		p.forward.ServeHTTP(x, r)
+		return x.r
 	}
-	x.route.requests[x.decision].Inc()
+	r, t, d := x.enterGroup(grp)
+	if d != nil {
+		x.deny(d)
+		return nil
+	}
+	x.ticket = t
+	x.forwardedAt = p.now()
+	return r
+}
+
+// release gives back the upstream group's slot and the spooled body.
+func (x *exchange) release() {
+	if x.ticket != nil {
+		x.ticket.Release()
+	}
+	if x.body != nil {
+		x.body.close()
+	}
 }
 
 // Close stops the background work of the upstream groups and of the JWT
@@ -304,21 +328,20 @@ func (pol *policy) route(r *http.Request) (*protectedRoute, string) {
 
 // upstreamError answers a request the upstream did not serve.
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, status int) {
-	x, _ := w.(*exchange)
+	x, ok := w.(*exchange)
+	if !ok { // never: both forwarding handlers are given the exchange
+		x = &exchange{ResponseWriter: w, p: p, r: r, pol: p.policy.Load(), bodyRead: true}
+	}
+	var d *denial
 	switch status {
 	case upstream.StatusClientClosed:
-		if x != nil {
-			x.decision = decClientClosed
-		}
-		return // nobody is listening
+		d = x.gone() // nobody is listening
 	case http.StatusGatewayTimeout:
-		p.log.Warn("upstream timed out", "path", r.URL.Path, "timeout", p.boot.UpstreamTimeout)
-		p.writeError(w, r, &apiError{status: status, code: codeUpstreamTimeout, message: "The upstream API did not answer in time."})
+		d = x.refuse(decUpstreamError, status, codeUpstreamTimeout, "The upstream API did not answer in time.")
+		d.level, d.msg, d.log = slog.LevelWarn, "upstream timed out", []any{"path", r.URL.Path, "timeout", p.boot.UpstreamTimeout}
 	default:
-		p.log.Warn("upstream unavailable", "path", r.URL.Path)
-		p.writeError(w, r, &apiError{status: http.StatusBadGateway, code: codeUpstreamDown, message: "The upstream API could not be reached."})
+		d = x.refuse(decUpstreamError, http.StatusBadGateway, codeUpstreamDown, "The upstream API could not be reached.")
+		d.level, d.msg, d.log = slog.LevelWarn, "upstream unavailable", []any{"path", r.URL.Path}
 	}
-	if x != nil {
-		x.decision = decUpstreamError
-	}
+	x.deny(d)
 }

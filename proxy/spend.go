@@ -91,33 +91,32 @@ func settleUSD(p *config.Price, estimate int64, res usage.Result) int64 {
 }
 
 // usdCost is a usd rule's cost for the request (priced). For a model no
-// price matches an enforcing rule answers 400 unpriced_model (ok false):
-// an unknown price never lets spend through; a shadow rule never refuses,
-// so it logs and counts a would-be refusal and is left out (priced false).
-func (p *Proxy) usdCost(x *exchange, r *http.Request, in *keyInput, ru *rule, pol *policy) (cost int64, priced, ok bool) {
+// price matches an enforcing rule's denial is 400 unpriced_model: an
+// unknown price never lets spend through; a shadow rule never refuses, so
+// it logs and counts a would-be refusal and is left out (priced false).
+func (x *exchange) usdCost(ru *rule) (cost int64, priced bool, d *denial) {
+	in := &x.keys
 	model := in.model
 	if x.est.Batch > 0 {
 		// A batch has no top-level model: its members name it, and
 		// must agree (else 400, as a key part).
 		model = in.bodyField("model")
 	}
-	price, found := pol.prices.Match(model)
+	price, found := x.pol.prices.Match(model)
 	if !found && ru.action == actShadow {
-		p.shadowWouldRefuse(in, r, ru, codeUnpricedModel)
-		return 0, false, true
+		x.shadowWouldRefuse(ru, codeUnpricedModel)
+		return 0, false, nil
 	}
 	if !found {
-		ru.metrics.refused.Inc()
-		x.decision = decInvalid
-		p.log.Info("request denied", "rule", ru.lim.Name, "reason", codeUnpricedModel, "path", r.URL.Path)
-		p.writeError(x, r, &apiError{status: http.StatusBadRequest, code: codeUnpricedModel,
-			message: "No price is configured for this model, so rule " + ru.lim.Name + " cannot charge it.",
-			fields:  []field{{"model", model}, {"denied_by", ru.lim.Name}}})
-		return 0, false, false
+		return 0, false, x.refuse(decInvalid, http.StatusBadRequest, codeUnpricedModel,
+			"No price is configured for this model, so rule "+ru.lim.Name+" cannot charge it.").
+			with(field{"model", model}, field{"denied_by", ru.lim.Name}).
+			counted(ru.metrics.refused).
+			logged("rule", ru.lim.Name, "reason", codeUnpricedModel, "path", x.r.URL.Path)
 	}
 	x.budget.price, x.budget.model = price, model
 	out := requestedOutput(in, x.pol.cfg.OutputTokenReserve, int64(x.est.Batch))
-	return reserveUSD(price, int64(x.est.Tokens), out), true, true
+	return reserveUSD(price, int64(x.est.Tokens), out), true, nil
 }
 
 // dollars is an amount of micro-dollars as a JSON number of dollars.

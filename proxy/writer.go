@@ -8,48 +8,7 @@ import (
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
 )
-
-// exchange is one request's pass through the proxy: it wraps the
-// ResponseWriter once, remembers the status for the metrics, and stamps the
-// rate-limit headers on whatever response goes out (the upstream's, a 429,
-// or the proxy's own errors after the limiter), replacing any the upstream
-// sent under the same names. Exchanges are pooled; none outlives ServeHTTP.
-type exchange struct {
-	http.ResponseWriter
-	status      int
-	decision    string    // metrics label; set by the guard, refined on forwarding errors
-	forwardedAt time.Time // zero until the request leaves for the upstream
-	route       *routeMetrics
-	routeName   string // the PROTECTED_PATHS entry matched, or routeUnprotected
-	apiPath     string // protected: the canonical path that matched (error envelope, credential order)
-	format      tokens.Format
-	body        *spooled // the buffered body of a protected request
-	bodyRead    bool     // the body was read while held: body, or bodyErr
-	bodyErr     error
-	heldRead    *heldRead // the body being read while a delay rule holds the request
-	now         func() time.Time
-	pol         *policy // the configuration this request started under
-
-	// The rate-limit batch: hits[i] was decided by rules[i] as out[i].
-	// limited says an enforcing rule decided: stamp the headers, with
-	// X-RateLimit-* from out[show].
-	limited bool
-	show    int
-	refused bool // a 429: X-RateLimit-Remaining is 0 whatever rule it describes
-	hits    []limits.Hit
-	out     []limits.Decision
-	rules   []*rule
-	heldBy  *rule           // the first refusing rule when a delay rule held the request
-	keys    keyInput        // what key parts are read from
-	est     tokens.Estimate // the token count of a protected body
-	budget  budget          // token accounting (SPEC §8)
-	candBuf [maxInlineRules]*rule
-	hitBuf  [maxInlineRules]limits.Hit
-	outBuf  [maxInlineRules]limits.Decision
-	ruleBuf [maxInlineRules]*rule
-}
 
 // maxInlineRules is how many applying rules a request holds without
 // allocating.
