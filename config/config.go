@@ -55,6 +55,14 @@ type Config struct {
 	// (SPEC §7.6), saved every StateFlushInterval and at shutdown.
 	StateFile          string
 	StateFlushInterval time.Duration
+	// APIKeysFile, when set, names the keys the proxy knows (SPEC §7.7):
+	// only they are API keys, each counted as its caller.
+	APIKeysFile string
+	// UpstreamAuthorization, when set, replaces the caller's credential
+	// headers on every forwarded request (SPEC §7.7).
+	UpstreamAuthorization string
+	// AccessLog logs one line per proxied request (SPEC §2).
+	AccessLog bool
 
 	// Rules are the file's [[rule]] tables (SPEC §7), in file order.
 	Rules []Rule
@@ -122,6 +130,10 @@ func Default() Config {
 		StateFlushInterval: 10 * time.Second,
 	}
 }
+
+// plans reports whether callers can have a plan: from tier_from, or from
+// the tier of a known key (api_keys_file).
+func (c *Config) plans() bool { return c.TierFrom != "" || c.APIKeysFile != "" }
 
 // JWT reports whether JWT verification is configured (SPEC §7.5).
 func (c *Config) JWT() bool { return c.JWTSecret != "" || c.JWTJWKS != "" }

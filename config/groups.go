@@ -315,8 +315,8 @@ func (c *Config) validateGroups() []error {
 		if g.PriorityFrom != "" {
 			if err := checkPriorityFrom(g.PriorityFrom); err != nil {
 				bad("priority_from", g.PriorityFrom, "%v", err)
-			} else if g.PriorityFrom == "tier" && c.TierFrom == "" {
-				bad("priority_from", g.PriorityFrom, "needs tier_from (where a caller's plan comes from)")
+			} else if g.PriorityFrom == "tier" && !c.plans() {
+				bad("priority_from", g.PriorityFrom, "needs tier_from or api_keys_file (where a caller's plan comes from)")
 			}
 		}
 		if len(g.Priorities) == 0 {
@@ -405,7 +405,7 @@ func (c *Config) writeUpstreamGroups(w io.Writer) error {
 		b.WriteString("\n[[upstream_group]]\n")
 		fmt.Fprintf(&b, "name = %s\n", strconv.Quote(g.Name))
 		if g.Paths == nil {
-			b.WriteString("paths = " + tomlValue(c.ProtectedPaths) + " # protected_paths\n")
+			b.WriteString("# paths = " + tomlValue(c.ProtectedPaths) + " (unset: the protected paths)\n")
 		} else {
 			b.WriteString("paths = " + tomlValue(g.Paths) + "\n")
 		}

@@ -207,6 +207,9 @@ var settings = []setting{
 	str("jwt_subject_claim", func(c *Config) *string { return &c.JWTSubjectClaim }),
 	str("state_file", func(c *Config) *string { return &c.StateFile }),
 	duration("state_flush_interval", func(c *Config) *time.Duration { return &c.StateFlushInterval }),
+	str("api_keys_file", func(c *Config) *string { return &c.APIKeysFile }),
+	hidden(str("upstream_authorization", func(c *Config) *string { return &c.UpstreamAuthorization })),
+	boolean("access_log", func(c *Config) *bool { return &c.AccessLog }),
 }
 
 // ErrFile wraps a configuration file that cannot be read or parsed; no

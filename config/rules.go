@@ -20,7 +20,8 @@ type Rule struct {
 	Name         string
 	Paths        []string    // nil: PROTECTED_PATHS
 	Methods      []string    // upper case; ["*"] for any
-	When         []Condition // sorted by part
+	When         []Condition // sorted by part: all must hold for the rule to apply
+	Unless       []Condition // sorted by part: when all hold, the rule does not apply
 	Key          []string    // key parts (SPEC §7.2), in order
 	OnMissingKey string      // "skip" or "reject"
 	Algorithm    string      // "sliding_window" or "token_bucket"
@@ -35,11 +36,12 @@ type Rule struct {
 	Overrides    []Override // sorted by key
 }
 
-// Condition is one entry of a rule's `when`: a key part and the value it
-// must have, exact or, ending in *, a prefix.
+// Condition is one entry of a rule's `when` or `unless`: a key part and
+// the values it may have (any of them), each exact or, ending in *, a
+// prefix; for the ip part also a CIDR ("10.0.0.0/8").
 type Condition struct {
-	Part    string
-	Pattern string
+	Part   string
+	Values []string
 }
 
 // Tier is a plan's limit on one rule (SPEC §7.4).
@@ -77,7 +79,7 @@ const BuiltinRule = "chat_rpm"
 var ruleName = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
 
 // ruleFields are the keys a [[rule]] table may have.
-var ruleFields = []string{"name", "paths", "methods", "when", "key", "on_missing_key", "algorithm", "limit", "window",
+var ruleFields = []string{"name", "paths", "methods", "when", "unless", "key", "on_missing_key", "algorithm", "limit", "window",
 	"burst", "cost", "action", "max_delay", "tiers", "overrides"}
 
 // decodeRules reads the file's [[rule]] tables. Each problem is one error
@@ -200,21 +202,46 @@ func decodeRule(i int, t map[string]any) (Rule, []error) {
 			r.Burst, r.BurstSet = n, true
 		}
 	}
-	if v, ok := t["when"]; ok {
+	conditions := func(field string) []Condition {
+		v, ok := t[field]
+		if !ok {
+			return nil
+		}
 		m, ok := v.(map[string]any)
 		if !ok {
-			bad("when", v, `not a table ({ "header:X-Env" = "prod" })`)
+			bad(field, v, `not a table ({ "header:X-Env" = "prod", ip = ["10.0.0.0/8"] })`)
+			return nil
 		}
+		var out []Condition
 		for part, pv := range m {
-			s, ok := pv.(string)
-			if !ok {
-				bad("when", pv, "%s: the value is not a string", part)
-				continue
+			var values []string
+			switch x := pv.(type) {
+			case string:
+				values = []string{x}
+			case []any:
+				for _, e := range x {
+					s, ok := e.(string)
+					if !ok {
+						bad(field, pv, "%s: every value must be a string", part)
+						values = nil
+						break
+					}
+					values = append(values, s)
+				}
+				if len(x) == 0 {
+					bad(field, pv, "%s: an empty list (no value could match)", part)
+				}
+			default:
+				bad(field, pv, "%s: the value is not a string or a list of strings", part)
 			}
-			r.When = append(r.When, Condition{Part: part, Pattern: s})
+			if len(values) > 0 {
+				out = append(out, Condition{Part: part, Values: values})
+			}
 		}
-		sort.Slice(r.When, func(a, b int) bool { return r.When[a].Part < r.When[b].Part })
+		sort.Slice(out, func(a, b int) bool { return out[a].Part < out[b].Part })
+		return out
 	}
+	r.When, r.Unless = conditions("when"), conditions("unless")
 	limitTable := func(field string, add func(name string, n int64, unlimited bool)) {
 		v, ok := t[field]
 		if !ok {
@@ -421,17 +448,29 @@ func (c *Config) writeRules(w io.Writer) error {
 		b.WriteString("\n[[rule]]\n")
 		fmt.Fprintf(&b, "name = %s\n", strconv.Quote(r.Name))
 		if r.Paths == nil {
-			b.WriteString("paths = " + tomlValue(c.ProtectedPaths) + " # protected_paths\n")
+			// A comment: written out, the list would make the rule one of
+			// its own paths instead of the protected routes'.
+			b.WriteString("# paths = " + tomlValue(c.ProtectedPaths) + " (unset: the protected paths)\n")
 		} else {
 			b.WriteString("paths = " + tomlValue(r.Paths) + "\n")
 		}
 		b.WriteString("methods = " + tomlValue(r.Methods) + "\n")
-		if len(r.When) > 0 {
-			parts := make([]string, len(r.When))
-			for i, w := range r.When {
-				parts[i] = strconv.Quote(w.Part) + " = " + strconv.Quote(w.Pattern)
+		for _, f := range []struct {
+			name  string
+			conds []Condition
+		}{{"when", r.When}, {"unless", r.Unless}} {
+			if len(f.conds) == 0 {
+				continue
 			}
-			b.WriteString("when = { " + strings.Join(parts, ", ") + " }\n")
+			parts := make([]string, len(f.conds))
+			for i, w := range f.conds {
+				v := strconv.Quote(w.Values[0])
+				if len(w.Values) > 1 {
+					v = tomlValue(w.Values)
+				}
+				parts[i] = strconv.Quote(w.Part) + " = " + v
+			}
+			b.WriteString(f.name + " = { " + strings.Join(parts, ", ") + " }\n")
 		}
 		b.WriteString("key = " + tomlValue(r.Key) + "\n")
 		show := func(n int64) string {

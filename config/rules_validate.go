@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -59,18 +60,31 @@ func (c *Config) validateRules() []error {
 			} else if strings.HasPrefix(p, "jwt:") && !c.JWT() {
 				bad("key", p, "a jwt: key part needs verified JWT identity: set jwt_hs256_secret or jwt_jwks")
 			}
-			if p == "tier" && c.TierFrom == "" {
-				bad("key", p, "needs tier_from (where a caller's plan comes from)")
+			if p == "tier" && !c.plans() {
+				bad("key", p, "needs tier_from or api_keys_file (where a caller's plan comes from)")
 			}
 		}
-		for _, w := range r.When {
-			if err := CheckKeyPart(w.Part); err == nil && strings.HasPrefix(w.Part, "jwt:") && !c.JWT() {
-				bad("when", w.Part, "a jwt: condition needs verified JWT identity: set jwt_hs256_secret or jwt_jwks")
-			} else if err != nil {
-				bad("when", w.Part, "%v", err)
-			}
-			if w.Part == "tier" && c.TierFrom == "" {
-				bad("when", w.Part, "needs tier_from (where a caller's plan comes from)")
+		for _, f := range []struct {
+			name  string
+			conds []Condition
+		}{{"when", r.When}, {"unless", r.Unless}} {
+			for _, w := range f.conds {
+				if err := CheckKeyPart(w.Part); err == nil && strings.HasPrefix(w.Part, "jwt:") && !c.JWT() {
+					bad(f.name, w.Part, "a jwt: condition needs verified JWT identity: set jwt_hs256_secret or jwt_jwks")
+				} else if err != nil {
+					bad(f.name, w.Part, "%v", err)
+				}
+				if w.Part == "tier" && !c.plans() {
+					bad(f.name, w.Part, "needs tier_from or api_keys_file (where a caller's plan comes from)")
+				}
+				for _, v := range w.Values {
+					if !strings.Contains(v, "/") || w.Part != "ip" {
+						continue
+					}
+					if _, err := netip.ParsePrefix(v); err != nil {
+						bad(f.name, v, "ip: not a CIDR (write \"10.0.0.0/8\" or \"2001:db8::/32\")")
+					}
+				}
 			}
 		}
 		if r.OnMissingKey != MissingSkip && r.OnMissingKey != MissingReject {
@@ -124,8 +138,8 @@ func (c *Config) validateRules() []error {
 		default:
 			bad("action", r.Action, `must be "reject", "delay" or "shadow"`)
 		}
-		if len(r.Tiers) > 0 && c.TierFrom == "" {
-			bad("tiers", nil, "needs tier_from (where a caller's plan comes from, e.g. \"header:X-Plan\")")
+		if len(r.Tiers) > 0 && !c.plans() {
+			bad("tiers", nil, "needs tier_from or api_keys_file (where a caller's plan comes from, e.g. tier_from = \"header:X-Plan\")")
 		}
 		for _, o := range r.Overrides {
 			if err := checkOverrideKey(o.Key, r.Key); err != nil {

@@ -114,6 +114,14 @@ func (c *Config) Validate() error {
 	if c.StateFlushInterval < 100*time.Millisecond {
 		bad("state_flush_interval", durationText(c.StateFlushInterval), "must be at least 100ms")
 	}
+	if c.APIKeysFile != "" {
+		if _, err := LoadAPIKeys(c.APIKeysFile); err != nil {
+			bad("api_keys_file", c.APIKeysFile, "%s", strings.ReplaceAll(strings.ReplaceAll(err.Error(), c.APIKeysFile+": ", ""), "\n", "; "))
+		}
+	}
+	if strings.ContainsAny(c.UpstreamAuthorization, "\r\n\x00") {
+		bad("upstream_authorization", Redacted, "must be one line (it is sent as a header)")
+	}
 	errs = append(errs, c.validateRules()...)
 	errs = append(errs, c.validateGroups()...)
 	return errors.Join(errs...)
@@ -230,6 +238,11 @@ func (c *Config) Write(w io.Writer) error {
 	for _, s := range settings {
 		v := s.Shown(c)
 		line := fmt.Sprintf("%s = %s", s.key, tomlValue(v))
+		if s.key == "chat_rpm" && !c.ChatRPMRule() {
+			// Printed, it would be set, and a set chat_rpm makes the
+			// built-in rule beside the file's rules.
+			line = "# " + line + " (unset: the rules below replace the built-in rule)"
+		}
 		switch c.set[s.key] {
 		case "env":
 			line += " # from " + strings.ToUpper(s.key)

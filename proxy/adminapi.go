@@ -127,26 +127,44 @@ func (p *Proxy) adminConfig(w http.ResponseWriter, _ *http.Request) {
 
 // ruleView is a rule with its live parameters (GET /admin/rules).
 type ruleView struct {
-	Name          string            `json:"name"`
-	Builtin       bool              `json:"builtin,omitempty"`
-	Index         int               `json:"index"` // evaluation order
-	Paths         []string          `json:"paths"`
-	Methods       []string          `json:"methods"`
-	When          map[string]string `json:"when,omitempty"`
-	Key           []string          `json:"key"`
-	OnMissingKey  string            `json:"on_missing_key"`
-	Algorithm     string            `json:"algorithm"`
-	Limit         json.Number       `json:"limit"`
-	Window        string            `json:"window"`
-	WindowSeconds json.Number       `json:"window_seconds"`
-	Burst         *json.Number      `json:"burst,omitempty"`
-	Cost          string            `json:"cost"`
-	Action        string            `json:"action"`
-	MaxDelay      string            `json:"max_delay,omitempty"`
-	Tiers         map[string]any    `json:"tiers,omitempty"`
-	Overrides     map[string]any    `json:"overrides,omitempty"`
+	Name          string         `json:"name"`
+	Builtin       bool           `json:"builtin,omitempty"`
+	Index         int            `json:"index"` // evaluation order
+	Paths         []string       `json:"paths"`
+	Methods       []string       `json:"methods"`
+	When          map[string]any `json:"when,omitempty"`
+	Unless        map[string]any `json:"unless,omitempty"`
+	Key           []string       `json:"key"`
+	OnMissingKey  string         `json:"on_missing_key"`
+	Algorithm     string         `json:"algorithm"`
+	Limit         json.Number    `json:"limit"`
+	Window        string         `json:"window"`
+	WindowSeconds json.Number    `json:"window_seconds"`
+	Burst         *json.Number   `json:"burst,omitempty"`
+	Cost          string         `json:"cost"`
+	Action        string         `json:"action"`
+	MaxDelay      string         `json:"max_delay,omitempty"`
+	Tiers         map[string]any `json:"tiers,omitempty"`
+	Overrides     map[string]any `json:"overrides,omitempty"`
 	// Live names the fields the admin API changed since the last load.
 	Live []string `json:"live,omitempty"`
+}
+
+// conditionsView is a when or unless table as the file writes it: a part's
+// one value as a string, several as an array.
+func conditionsView(conds []config.Condition) map[string]any {
+	if len(conds) == 0 {
+		return nil
+	}
+	m := map[string]any{}
+	for _, w := range conds {
+		if len(w.Values) == 1 {
+			m[w.Part] = w.Values[0]
+		} else {
+			m[w.Part] = w.Values
+		}
+	}
+	return m
 }
 
 func (pol *policy) view(ru *rule) ruleView {
@@ -170,12 +188,7 @@ func (pol *policy) view(ru *rule) ruleView {
 	if v.Paths == nil {
 		v.Paths = pol.cfg.ProtectedPaths
 	}
-	if len(c.When) > 0 {
-		v.When = map[string]string{}
-		for _, w := range c.When {
-			v.When[w.Part] = w.Pattern
-		}
-	}
+	v.When, v.Unless = conditionsView(c.When), conditionsView(c.Unless)
 	if c.Algorithm == config.AlgTokenBucket {
 		b := amount(ru.lim.Burst)
 		v.Burst = &b
@@ -515,7 +528,7 @@ func (p *Proxy) adminTokens(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	est, err := p.tokens.Estimate(tokens.Request{Format: tokens.FormatForPath(canonicalPath(path)), ContentType: ct,
-		Body: bytes.NewReader(body), Size: int64(len(body)), Model: r.URL.Query().Get("model")}, -1)
+		Body: body, Model: r.URL.Query().Get("model")}, -1)
 	if err != nil {
 		adminError(w, http.StatusBadRequest, codeInvalidRequest, "The body could not be read: "+oneLine(err)+".")
 		return

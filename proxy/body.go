@@ -30,9 +30,10 @@ var errBodyTooLarge = errors.New("body too large")
 // spooled is a request body read in full, in memory or in a temporary file
 // already unlinked (it disappears when closed, or if the process dies).
 type spooled struct {
-	mem  []byte
-	file *os.File
-	size int64
+	mem   []byte
+	file  *os.File
+	size  int64
+	unmap func() // set once the file is mapped (bytes)
 }
 
 // readBody reads r's body within max bytes: a declared Content-Length over
@@ -92,12 +93,20 @@ func bodyError(err error) error {
 	return fmt.Errorf("reading the body: %w", err)
 }
 
-// readerAt reads the body from any offset, as often as needed.
-func (s *spooled) readerAt() io.ReaderAt {
-	if s.file != nil {
-		return s.file
+// bytes is the whole body, to be read in place and never written: the
+// memory it was read into, or its spool file mapped (valid until close).
+func (s *spooled) bytes() []byte {
+	if s.file == nil || s.unmap != nil {
+		return s.mem
 	}
-	return bytes.NewReader(s.mem)
+	b, unmap, err := mapFile(s.file, s.size)
+	if err != nil { // no mapping to be had (address space, limits): read it
+		b, unmap = make([]byte, s.size), func() {}
+		n, _ := s.file.ReadAt(b, 0)
+		b = b[:n]
+	}
+	s.mem, s.unmap = b, unmap
+	return b
 }
 
 // upstreamBody is what the upstream request sends: the bytes as received.
@@ -124,6 +133,9 @@ func outgoingBody(in *http.Request) io.ReadCloser {
 }
 
 func (s *spooled) close() {
+	if s.unmap != nil {
+		s.unmap()
+	}
 	if s.file != nil {
 		s.file.Close()
 	}
@@ -132,7 +144,7 @@ func (s *spooled) close() {
 // oversizedFile reports whether a file part of a multipart body is over
 // maxFile bytes. A body that is not valid multipart is an error; other
 // content types have no file parts.
-func oversizedFile(contentType string, body io.ReaderAt, size, maxFile int64) (bool, error) {
+func oversizedFile(contentType string, body []byte, maxFile int64) (bool, error) {
 	if len(contentType) < 10 || !strings.EqualFold(contentType[:10], "multipart/") {
 		return false, nil
 	}
@@ -143,7 +155,7 @@ func oversizedFile(contentType string, body io.ReaderAt, size, maxFile int64) (b
 	if params["boundary"] == "" {
 		return false, errors.New("multipart body without a boundary parameter")
 	}
-	mr := multipart.NewReader(io.NewSectionReader(body, 0, size), params["boundary"])
+	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
 	for {
 		p, err := mr.NextPart()
 		if err == io.EOF {

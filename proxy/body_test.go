@@ -133,7 +133,7 @@ func TestFileCapIsExact(t *testing.T) {
 func TestTokenCapIsExact(t *testing.T) {
 	tk := tokens.New()
 	msg := `{"model":"gpt-4o","messages":[{"role":"user","content":"The quick brown fox jumps over the lazy dog"}]}`
-	est, err := tk.Estimate(tokens.Request{Format: tokens.FormatChat, ContentType: "application/json", Body: strings.NewReader(msg), Size: int64(len(msg))}, -1)
+	est, err := tk.Estimate(tokens.Request{Format: tokens.FormatChat, ContentType: "application/json", Body: []byte(msg)}, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +146,39 @@ func TestTokenCapIsExact(t *testing.T) {
 	want := fmt.Sprintf(`{"error":{"message":"The input is estimated at more than %d tokens.","type":"request_too_large","code":"input_too_large","param":null},"max_input_tokens":%d,"estimated_tokens":%d}`, est.Tokens-1, est.Tokens-1, est.Tokens)
 	if code != 413 || strings.TrimSpace(body) != want {
 		t.Fatalf("over the cap: %d %s\nwant %s", code, body, want)
+	}
+	if rec.count() != 0 {
+		t.Fatal("a refused request reached the upstream")
+	}
+}
+
+// TestTokenCapOfSpooledBody: a JSON body above the in-memory threshold is
+// spooled to a file and counted in place from its mapping, exactly as one
+// held in memory; the one at the cap reaches the upstream byte for byte.
+func TestTokenCapOfSpooledBody(t *testing.T) {
+	var prose strings.Builder
+	for i := 0; prose.Len() < 300<<10; i++ {
+		fmt.Fprintf(&prose, "Sentence %d tells the model about caché number %d. ", i, i*7)
+	}
+	msg := `{"model":"gpt-4o","messages":[{"role":"user","content":"` + prose.String() + `\u00e9"}]}`
+	est, err := tokens.New().Estimate(tokens.Request{Format: tokens.FormatChat, ContentType: "application/json", Body: []byte(msg)}, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, rec := capsServer(t, func(c *config.Config) { c.MaxInputTokens = int64(est.Tokens) })
+	if code, body := post(t, at.URL+"/v1/chat/completions", "application/json", strings.NewReader(msg), true); code != 200 {
+		t.Fatalf("at the cap: %d %s", code, body)
+	}
+	rec.mu.Lock()
+	got := rec.bodies[len(rec.bodies)-1]
+	rec.mu.Unlock()
+	if string(got) != msg {
+		t.Fatalf("the upstream got %d bytes, not the %d sent", len(got), len(msg))
+	}
+	below, rec := capsServer(t, func(c *config.Config) { c.MaxInputTokens = int64(est.Tokens - 1) })
+	if code, body := post(t, below.URL+"/v1/chat/completions", "application/json", strings.NewReader(msg), true); code != 413 ||
+		!strings.Contains(body, fmt.Sprintf(`"estimated_tokens":%d`, est.Tokens)) {
+		t.Fatalf("over the cap: %d %s", code, body)
 	}
 	if rec.count() != 0 {
 		t.Fatal("a refused request reached the upstream")

@@ -16,7 +16,7 @@ import (
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/usage"
+	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/usage"
 )
 
 // Token budgets (SPEC §8): a rule whose cost is input_tokens charges the
@@ -271,15 +271,15 @@ func (p *Proxy) admitted(x *exchange, r *http.Request, in *keyInput) {
 	if !b.stream || truthy(in.bodyField("stream_options.include_usage")) {
 		return
 	}
-	edits, err := tokens.IncludeUsage(x.body.readerAt(), x.body.size)
+	sent := x.body.bytes()
+	edits, err := tokens.IncludeUsage(sent)
 	if err != nil {
 		return // the output that passes is counted instead
 	}
-	body, size := tokens.Edited(x.body.readerAt(), x.body.size, edits)
+	body, size := tokens.Edited(sent, edits)
 	r.Body, r.ContentLength = io.NopCloser(body), size
-	spooled := x.body
 	r.GetBody = func() (io.ReadCloser, error) { // a retry (SPEC §9) sends the same edited bytes
-		body, _ := tokens.Edited(spooled.readerAt(), spooled.size, edits)
+		body, _ := tokens.Edited(sent, edits)
 		return io.NopCloser(body), nil
 	}
 	b.strip = true
@@ -298,7 +298,7 @@ func withBudget(x *exchange, r *http.Request) *http.Request {
 
 // modifyResponse is the forwarding's response hook: the body of a response
 // to a token-budgeted request is wrapped to find the usage it reports as
-// it passes, unbuffered (tokens/usage).
+// it passes, unbuffered (upstream/usage).
 func (p *Proxy) modifyResponse(res *http.Response) error {
 	x, _ := res.Request.Context().Value(exchangeKey{}).(*exchange)
 	if x == nil || !x.budget.scan || x.budget.settled {

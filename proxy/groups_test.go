@@ -340,7 +340,7 @@ func testGroupNoLeak(t *testing.T, shared option) {
 	_, url := newModal(t)
 	// The proxy's transport is the test's, so that its idle connections
 	// (and their goroutines) can be closed at the end.
-	tr := upstream.NewTransport(100 * time.Millisecond)
+	tr := upstream.NewHTTPTransport(100 * time.Millisecond)
 	f, srv := groupProxy(t, url, `
 [[upstream_group]]
 name = "chat"

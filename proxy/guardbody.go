@@ -39,7 +39,7 @@ func (p *Proxy) readBody(x *exchange, r *http.Request, in *keyInput, now time.Ti
 	}
 	body := x.body
 	ct := r.Header.Get("Content-Type")
-	big, err := oversizedFile(ct, body.readerAt(), body.size, x.pol.cfg.MaxFileBytes)
+	big, err := oversizedFile(ct, body.bytes(), x.pol.cfg.MaxFileBytes)
 	if err != nil {
 		p.invalid(x, r, "The request body is not valid multipart/form-data: "+err.Error()+".")
 		return false
@@ -51,7 +51,7 @@ func (p *Proxy) readBody(x *exchange, r *http.Request, in *keyInput, now time.Ti
 		return false
 	}
 
-	req := tokens.Request{Format: x.format, ContentType: ct, Body: body.readerAt(), Size: body.size, Fields: fields}
+	req := tokens.Request{Format: x.format, ContentType: ct, Body: body.bytes(), Fields: fields}
 	in.fields = fields
 	switch {
 	case protected || count >= 0:

@@ -134,7 +134,8 @@ func parseForwardedHop(elem string) (netip.Addr, bool) {
 
 // caller is who a request is counted as.
 type caller struct {
-	value   string     // the caller key part's value: "jwt:<subject>", "key:<16 hex>" or "ip:<addr or v6 prefix>"
+	value   string     // the caller key part's value: "jwt:<subject>", "user:<name>", "key:<16 hex>" or "ip:<addr or v6 prefix>"
+	plan    string     // a known key's tier (API_KEYS_FILE), "" when it has none
 	ip      netip.Addr // the client address, when value is an IP
 	hasCred bool       // an API key (or a verified JWT) was presented
 	key     string     // the credential's hash (16 hex digits): the api_key part
@@ -293,7 +294,7 @@ func jwtToken(v string) string {
 // credential either.
 func (pol *policy) identify(r *http.Request, anthropic bool) caller {
 	if pol.jwt == nil {
-		return pol.ips.identify(r, anthropic)
+		return pol.keyCaller(r, anthropic)
 	}
 	headers := keyHeaders
 	if anthropic {
@@ -353,13 +354,35 @@ lines:
 		c.refused = refused.Error()
 		return c
 	}
-	return pol.ips.identify(r, anthropic)
+	return pol.keyCaller(r, anthropic)
+}
+
+// keyCaller is the caller an API key makes, else the client IP. With
+// API_KEYS_FILE only a listed, unexpired key is one: its caller is
+// user:<name> (every key of one person shares their budgets) and its tier
+// is the plan; any other key is no credential.
+func (pol *policy) keyCaller(r *http.Request, anthropic bool) caller {
+	if pol.keys == nil {
+		return pol.ips.identify(r, anthropic)
+	}
+	tok := apiKey(r, anthropic)
+	if tok == "" {
+		return pol.ips.ipCaller(r)
+	}
+	k, ok := pol.keys[sha256.Sum256([]byte(tok))]
+	if !ok || !k.Expires.IsZero() && !pol.now().Before(k.Expires) {
+		return pol.ips.ipCaller(r)
+	}
+	h := hashKey(tok)
+	return caller{value: "user:" + k.Caller, hasCred: true, key: h[len("key:"):], plan: k.Tier}
 }
 
 // planOf is the caller's plan (SPEC §7.4): the tier_from header's value,
 // or the verified JWT's claim; "" when there is none.
 func (pol *policy) planOf(r *http.Request, c *caller) string {
 	switch {
+	case c.plan != "":
+		return c.plan
 	case pol.tierFrom != "":
 		if v := r.Header[pol.tierFrom]; len(v) > 0 {
 			return strings.TrimSpace(v[0])

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -198,24 +199,53 @@ func (in *keyInput) key(ru *rule) (limits.Key, string, bool) {
 	return limits.NewKey(parts...), "", true
 }
 
-// conditionsHold reports whether every `when` condition of the rule holds;
-// a condition on a missing part does not.
+// conditionsHold reports whether the rule's conditions let it apply:
+// every `when` condition holds, and not every `unless` condition does. A
+// condition on a missing part does not hold.
 func (in *keyInput) conditionsHold(ru *rule) bool {
 	for i := range ru.when {
-		w := &ru.when[i]
-		v, ok := in.value(&w.part)
-		if !ok {
-			return false
-		}
-		if w.prefix {
-			if !strings.HasPrefix(v, w.value) {
-				return false
-			}
-		} else if v != w.value {
+		if !in.holds(&ru.when[i]) {
 			return false
 		}
 	}
-	return true
+	if len(ru.unless) == 0 {
+		return true
+	}
+	for i := range ru.unless {
+		if !in.holds(&ru.unless[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// holds reports whether the request's value of c's part is one of c's
+// values.
+func (in *keyInput) holds(c *condition) bool {
+	v, ok := in.value(&c.part)
+	if !ok {
+		return false
+	}
+	var ip netip.Addr
+	for i := range c.values {
+		cv := &c.values[i]
+		switch {
+		case cv.cidr.IsValid():
+			if !ip.IsValid() {
+				ip = in.pol.ips.clientIP(in.r)
+			}
+			if ip.IsValid() && cv.cidr.Contains(ip) {
+				return true
+			}
+		case cv.prefix:
+			if strings.HasPrefix(v, cv.value) {
+				return true
+			}
+		case v == cv.value:
+			return true
+		}
+	}
+	return false
 }
 
 // ipValue is the ip key part: the client IP under the trust model, IPv6

@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,6 +42,15 @@ type policy struct {
 	jwt        *jwtauth.Verifier
 	jwtResults *jwtMetrics
 	prices     config.Prices
+	// keys are API_KEYS_FILE's (SPEC §7.7): when set, only they are API
+	// keys. now tells whether one has expired.
+	keys config.APIKeys
+	now  func() time.Time
+	// upstreamAuth is UPSTREAM_AUTHORIZATION as a header value, nil when
+	// unset; upstreamAuthAnthropic: it is no Bearer token, so Anthropic's
+	// paths get it as X-API-Key.
+	upstreamAuth          []string
+	upstreamAuthAnthropic bool
 }
 
 // action is what a rule does past its limit (SPEC §7.1).
@@ -61,6 +71,7 @@ type rule struct {
 	methods  []string
 	anyMeth  bool
 	when     []condition
+	unless   []condition
 	key      []keyPart
 	reject   bool // on_missing_key = "reject"
 	action   action
@@ -90,8 +101,15 @@ type tierLimit struct {
 
 type condition struct {
 	part   keyPart
+	values []condValue // any of them
+}
+
+// condValue is one value a condition accepts: exact, a prefix (written
+// with a trailing *), or, for the ip part, a CIDR holding the client IP.
+type condValue struct {
 	value  string
-	prefix bool // value ends in *: a prefix
+	prefix bool
+	cidr   netip.Prefix // valid for a CIDR
 }
 
 // partKind is where a key part's value comes from (SPEC §7.2).
@@ -215,17 +233,28 @@ func (pol *policy) compileRule(cr *config.Rule, index int, rm *ruleMetricSet) (*
 		ru.key = append(ru.key, kp)
 		ru.keyBody = ru.keyBody || kp.body()
 	}
-	for _, w := range cr.When {
-		kp, err := ru.compilePart(w.Part)
-		if err != nil {
-			return nil, err
+	for _, f := range []struct {
+		from []config.Condition
+		to   *[]condition
+	}{{cr.When, &ru.when}, {cr.Unless, &ru.unless}} {
+		for _, w := range f.from {
+			kp, err := ru.compilePart(w.Part)
+			if err != nil {
+				return nil, err
+			}
+			cond := condition{part: kp}
+			for _, v := range w.Values {
+				cv := condValue{value: v}
+				if p, err := netip.ParsePrefix(v); err == nil && kp.kind == partIP {
+					cv.cidr = p.Masked()
+				} else if pre, ok := strings.CutSuffix(v, "*"); ok {
+					cv.value, cv.prefix = pre, true
+				}
+				cond.values = append(cond.values, cv)
+			}
+			*f.to = append(*f.to, cond)
+			ru.keyBody = ru.keyBody || kp.body()
 		}
-		cond := condition{part: kp, value: w.Pattern}
-		if v, ok := strings.CutSuffix(w.Pattern, "*"); ok {
-			cond.value, cond.prefix = v, true
-		}
-		ru.when = append(ru.when, cond)
-		ru.keyBody = ru.keyBody || kp.body()
 	}
 	ru.needsBody = ru.needsBody || ru.keyBody
 	if len(cr.Tiers) > 0 {

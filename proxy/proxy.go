@@ -21,9 +21,9 @@ import (
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/usage"
 	"github.com/ratelimit-proxy/ratelimit-proxy/upstream"
 	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/gate"
+	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/usage"
 )
 
 // Options are what New needs besides the configuration.
@@ -182,7 +182,7 @@ func New(o Options) (*Proxy, error) {
 	}
 	rt := o.Transport
 	if rt == nil {
-		rt = upstream.NewTransport(c.UpstreamTimeout)
+		rt = upstream.NewTransport(target, c.UpstreamTimeout) // an h1.Client for http://
 	}
 	// The upstream's 429/503 are handled under the group's ticket; a
 	// request outside every group has none and passes as it is.
@@ -197,9 +197,9 @@ func New(o Options) (*Proxy, error) {
 		OutgoingBody:          outgoingBody,
 		ModifyResponse:        p.modifyResponse,
 	}
-	p.forward = upstream.New(uo)
+	p.forward = p.upstreamCredential(upstream.New(uo))
 	uo.NoUpgrade = true
-	p.guarded = upstream.New(uo)
+	p.guarded = p.upstreamCredential(upstream.New(uo))
 	p.pool.New = func() any { return new(exchange) }
 	return p, nil
 }

@@ -38,6 +38,19 @@ func (p *Proxy) compile(c *config.Config, live *liveChanges, prev *policy) (*pol
 		pol.ips.trusted = append(pol.ips.trusted, pre)
 	}
 	pol.routes = newRoutes(c.ProtectedPaths, p.metrics)
+	pol.now = p.now
+	if v := c.UpstreamAuthorization; v != "" {
+		pol.upstreamAuth = []string{v}
+		_, isBearer := cutBearer(v)
+		pol.upstreamAuthAnthropic = !isBearer
+	}
+	if c.APIKeysFile != "" {
+		// Read at every load: a reload picks up keys added, rotated,
+		// expired or revoked.
+		if pol.keys, err = config.LoadAPIKeys(c.APIKeysFile); err != nil {
+			return nil, fmt.Errorf("api_keys_file: %w", err)
+		}
+	}
 	pol.jwtResults = p.jwtMx
 	if c.JWT() {
 		if prev != nil && prev.jwt != nil && sameJWT(prev.cfg, c) {

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/usage"
+	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/usage"
 )
 
 // Every usage shape settles at every price that applies, exactly, in

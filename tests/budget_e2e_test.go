@@ -80,7 +80,7 @@ func runBudgetGroup(t *testing.T, ps []*proc, upstream, tag string, exact bool) 
 	t.Run("input budget never overshot", func(t *testing.T) {
 		body := []byte(`{"model":"text-embedding-3-small","input":"The quick brown fox jumps over the lazy dog, again and again."}`)
 		est, err := tk.Estimate(tokens.Request{Format: tokens.FormatEmbeddings, ContentType: "application/json",
-			Body: bytes.NewReader(body), Size: int64(len(body))}, -1)
+			Body: []byte(body)}, -1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +108,7 @@ func runBudgetGroup(t *testing.T, ps []*proc, upstream, tag string, exact bool) 
 		// (250 output tokens at $10/M) against $0.10: never more than fits.
 		body := []byte(`{"model":"gpt-4o-mini","max_output_tokens":250,"input":"Say hello"}`)
 		est, err := tk.Estimate(tokens.Request{Format: tokens.FormatResponses, ContentType: "application/json",
-			Body: bytes.NewReader(body), Size: int64(len(body))}, -1)
+			Body: []byte(body)}, -1)
 		if err != nil {
 			t.Fatal(err)
 		}

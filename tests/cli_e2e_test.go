@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -277,5 +280,57 @@ func TestSIGTERMDrainIsBounded(t *testing.T) {
 	}
 	if code != 0 {
 		t.Errorf("exit code %d, want 0\nstderr:\n%s", code, p.logs.Text())
+	}
+}
+
+// `ratelimit-proxy key` prints the caller the proxy makes of a key (the
+// denied_key of its 429) and the key's SHA-256; a key given as an argument
+// is refused, so it never lands in a shell's history.
+func TestKeyCommand(t *testing.T) {
+	t.Parallel()
+	const key = "sk-proj-Zm9vYmFyYmF6"
+	cmd := exec.Command(binPath, "key", "-json")
+	cmd.Stdin = strings.NewReader("Bearer " + key + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("key -json: %v", err)
+	}
+	var forms struct{ Caller, Public, SHA256 string }
+	if err := json.Unmarshal(out, &forms); err != nil {
+		t.Fatalf("%s: %v", out, err)
+	}
+	sum := sha256.Sum256([]byte(key))
+	if forms.SHA256 != hex.EncodeToString(sum[:]) || forms.Public != "caller="+forms.Caller {
+		t.Fatalf("forms %+v", forms)
+	}
+	p := startProxy(t, "http://127.0.0.1:1", map[string]string{"CHAT_RPM": "0"})
+	r := p.post(t, "/v1/chat/completions", "Authorization", "Bearer "+key)
+	wantStatus(t, r, http.StatusTooManyRequests)
+	if got := r.json(t)["denied_key"]; got != forms.Public {
+		t.Fatalf("denied_key %v, key prints %s", got, forms.Public)
+	}
+	cmd = exec.Command(binPath, "key")
+	cmd.Stdin = strings.NewReader(key)
+	if out, err := cmd.Output(); err != nil || string(out) != forms.Public+"\nsha256 = \""+forms.SHA256+"\"\n" {
+		t.Fatalf("plain output %q %v", out, err)
+	}
+	if err := exec.Command(binPath, "key", key).Run(); err == nil {
+		t.Fatal("a key on the command line was accepted")
+	}
+}
+
+// -demo listens on loopback unless LISTEN_ADDR says otherwise.
+func TestDemoListensOnLoopback(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(binPath, "-demo", "-check")
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	out, err := cmd.Output()
+	if err != nil || !strings.Contains(string(out), "listen_addr = \"127.0.0.1:8080\"\n") {
+		t.Fatalf("-demo -check: %v\n%s", err, out)
+	}
+	cmd = exec.Command(binPath, "-demo", "-check")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "LISTEN_ADDR=:9999"}
+	if out, err := cmd.Output(); err != nil || !strings.Contains(string(out), "listen_addr = \":9999\" # from LISTEN_ADDR") {
+		t.Fatalf("-demo -check with LISTEN_ADDR: %v\n%s", err, out)
 	}
 }

@@ -25,7 +25,7 @@ func TestMemory200kCallers(t *testing.T) {
 	const (
 		callers = 200_000
 		workers = 8
-		boundMB = 200
+		boundMB = 150 // the target; 139 MB measured
 	)
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)

@@ -208,3 +208,43 @@ func TestRulesOnRedisCluster(t *testing.T) {
 	ps := []*proc{startProxy(t, rec.URL(), env, "-config", cfg), startProxy(t, rec.URL(), env, "-config", cfg)}
 	runRuleGroup(t, ps, "cluster", false)
 }
+
+// An allow list by CIDR (unless) and a when list, through the binary, with
+// the client address taken from X-Forwarded-For of a trusted peer.
+func TestRulesUnlessCIDR(t *testing.T) {
+	t.Parallel()
+	rec := newRecorder(t)
+	p := startProxy(t, rec.URL(), map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32"}, "-config", writeRules(t, `
+[[rule]]
+name   = "outside"
+key    = ["ip"]
+limit  = 1
+window = "1m"
+unless = { ip = ["10.0.0.0/8", "2001:db8::/32"] }
+
+[[rule]]
+name   = "models"
+key    = ["global"]
+limit  = 1
+window = "1m"
+when   = { model = ["gpt-4o*", "o3"] }
+`))
+	for i := 0; i < 3; i++ {
+		for _, ip := range []string{"10.20.30.40", "2001:db8::5"} {
+			wantStatus(t, p.post(t, "/api/chat", "X-Forwarded-For", ip), http.StatusOK)
+		}
+	}
+	wantStatus(t, p.post(t, "/api/chat", "X-Forwarded-For", "203.0.113.5"), http.StatusOK)
+	r := p.post(t, "/api/chat", "X-Forwarded-For", "203.0.113.5")
+	wantStatus(t, r, http.StatusTooManyRequests)
+	if got := r.json(t)["denied_by"]; got != "outside" {
+		t.Fatalf("denied_by %v", got)
+	}
+	// /v1/chat/completions sends gpt-4o-mini: "models" applies, once.
+	wantStatus(t, p.post(t, "/v1/chat/completions", "X-Forwarded-For", "10.0.0.1"), http.StatusOK)
+	r = p.post(t, "/v1/chat/completions", "X-Forwarded-For", "10.0.0.2")
+	wantStatus(t, r, http.StatusTooManyRequests)
+	if got := r.json(t)["denied_by"]; got != "models" {
+		t.Fatalf("denied_by %v", got)
+	}
+}

@@ -86,7 +86,7 @@ func checkAccounting(t *testing.T, files map[string][]byte, kind string, where, 
 	s := accountingSlots[slot]
 	ty := accountingTypes[typ]
 	body := s.body(base64.StdEncoding.EncodeToString(data), ty[0], ty[1])
-	est, err := tk.Estimate(tokens.Request{Format: s.f, ContentType: "application/json", Body: strings.NewReader(body), Size: int64(len(body))}, -1)
+	est, err := tk.Estimate(tokens.Request{Format: s.f, ContentType: "application/json", Body: []byte(body)}, -1)
 	if err != nil {
 		t.Fatalf("%s, prose %d, in %s as %s: %v", kind, where, s.name, ty[0], err)
 	}

@@ -36,7 +36,7 @@ func BenchmarkEstimate(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := tk.Estimate(tokens.Request{Format: tokens.FormatChat, ContentType: "application/json", Body: strings.NewReader(body), Size: int64(len(body))}, -1); err != nil {
+				if _, err := tk.Estimate(tokens.Request{Format: tokens.FormatChat, ContentType: "application/json", Body: []byte(body)}, -1); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -51,7 +51,7 @@ func BenchmarkEarlyStop(b *testing.B) {
 	body := chatBody(prose(8 << 20))
 	b.ReportAllocs()
 	for b.Loop() {
-		est, err := tk.Estimate(tokens.Request{Format: tokens.FormatChat, ContentType: "application/json", Body: strings.NewReader(body), Size: int64(len(body))}, 2000)
+		est, err := tk.Estimate(tokens.Request{Format: tokens.FormatChat, ContentType: "application/json", Body: []byte(body)}, 2000)
 		if err != nil || !est.Stopped {
 			b.Fatal(err, est)
 		}

@@ -15,7 +15,7 @@ type Encoding struct {
 	file  string
 	o200k bool // which pre-tokenizer: o200k_base's, else cl100k_base's
 	once  sync.Once
-	ranks map[string]int
+	ranks *rankTable
 	// longest is the longest token in bytes: a longer pair is never looked
 	// up, which keeps merging long runs from hashing ever longer strings.
 	longest int
@@ -41,13 +41,15 @@ func (e *Encoding) Name() string { return e.name }
 // is downloaded.
 func (e *Encoding) load() error {
 	e.once.Do(func() {
-		e.ranks, e.err = loader.NewOfflineLoader().LoadTiktokenBpe(e.file)
-		if e.err != nil {
-			e.err = fmt.Errorf("loading %s: %w", e.name, e.err)
+		ranks, err := loader.NewOfflineLoader().LoadTiktokenBpe(e.file)
+		if err != nil {
+			e.err = fmt.Errorf("loading %s: %w", e.name, err)
+			return
 		}
-		for tok := range e.ranks {
+		for tok := range ranks {
 			e.longest = max(e.longest, len(tok))
 		}
+		e.ranks = newRankTable(ranks)
 	})
 	return e.err
 }
@@ -170,7 +172,7 @@ func (e *Encoding) bpe(piece []byte) int {
 	if len(piece) == 0 {
 		return 0
 	}
-	if _, ok := e.ranks[string(piece)]; ok || len(piece) == 1 {
+	if _, ok := e.ranks.get(piece); ok || len(piece) == 1 {
 		return 1
 	}
 	if len(piece) >= heapMergeFrom {
@@ -189,7 +191,7 @@ func (e *Encoding) bpeLoop(piece []byte) int {
 	}
 	rank := func(i, skip int) int {
 		if i+skip+2 < len(parts) && parts[i+skip+2].start-parts[i].start <= e.longest {
-			if r, ok := e.ranks[string(piece[parts[i].start:parts[i+skip+2].start])]; ok {
+			if r, ok := e.ranks.get(piece[parts[i].start:parts[i+skip+2].start]); ok {
 				return r
 			}
 		}
@@ -246,7 +248,7 @@ func (e *Encoding) bpeHeap(piece []byte) int {
 		if end(next[i])-i > e.longest {
 			return
 		}
-		if r, ok := e.ranks[string(piece[i:end(next[i])])]; ok {
+		if r, ok := e.ranks.get(piece[i:end(next[i])]); ok {
 			h.push(pair{rank: r, start: i, end: end(next[i])})
 		}
 	}

@@ -182,7 +182,7 @@ func TestDisguises(t *testing.T) {
 				case "multipart":
 					body, ct = multipartBody(t, map[string]string{"message": "hi", "context_notes": body})
 				}
-				est, err := tk.Estimate(tokens.Request{Format: d.format, ContentType: ct, Body: strings.NewReader(body), Size: int64(len(body))}, limit)
+				est, err := tk.Estimate(tokens.Request{Format: d.format, ContentType: ct, Body: []byte(body)}, limit)
 				if err != nil {
 					t.Fatalf("over=%v: %v", c.over, err)
 				}
@@ -223,7 +223,7 @@ func TestDuplicateDecidedMembers(t *testing.T) {
 		`{"max_completion_tokens":1,"max_completion_tokens":2}`,
 		`{"max_output_tokens":1,"Max_Output_Tokens":2}`,
 	} {
-		_, err := tk.Estimate(tokens.Request{Format: tokens.FormatChat, ContentType: "application/json", Body: strings.NewReader(body), Size: int64(len(body))}, -1)
+		_, err := tk.Estimate(tokens.Request{Format: tokens.FormatChat, ContentType: "application/json", Body: []byte(body)}, -1)
 		if !errors.Is(err, tokens.ErrInvalid) || !strings.Contains(err.Error(), "duplicate member") {
 			t.Errorf("%s: %v", body, err)
 		}
@@ -233,7 +233,7 @@ func TestDuplicateDecidedMembers(t *testing.T) {
 		`{"model":"gpt-4o","stream":true,"max_tokens":5,"messages":[{"role":"user","content":"hi","model":"x"}]}`,
 		`{"messages":[],"messages":[]}`,
 	} {
-		if _, err := tk.Estimate(tokens.Request{Format: tokens.FormatChat, ContentType: "application/json", Body: strings.NewReader(body), Size: int64(len(body))}, -1); err != nil {
+		if _, err := tk.Estimate(tokens.Request{Format: tokens.FormatChat, ContentType: "application/json", Body: []byte(body)}, -1); err != nil {
 			t.Errorf("%s: %v", body, err)
 		}
 	}
@@ -269,7 +269,7 @@ func TestNotUTF8JSON(t *testing.T) {
 		"surrogate as UTF-8":    {"application/json", "{\"prompt\":\"\xed\xa0\x80\"}"},
 		"second document":       {"application/json", `{"prompt":"a"}{"prompt":"b"}`},
 	} {
-		_, err := tk.Estimate(tokens.Request{Format: tokens.FormatCompletions, ContentType: c[0], Body: strings.NewReader(c[1]), Size: int64(len(c[1]))}, -1)
+		_, err := tk.Estimate(tokens.Request{Format: tokens.FormatCompletions, ContentType: c[0], Body: []byte(c[1])}, -1)
 		if !errors.Is(err, tokens.ErrInvalid) {
 			t.Errorf("%s: %v", name, err)
 		}
@@ -527,7 +527,7 @@ func TestDisguisesFromReview(t *testing.T) {
 		if ct == "" {
 			ct = "application/json"
 		}
-		est, err := tk.Estimate(tokens.Request{Format: d.format, ContentType: ct, Body: strings.NewReader(d.body), Size: int64(len(d.body))}, limit)
+		est, err := tk.Estimate(tokens.Request{Format: d.format, ContentType: ct, Body: []byte(d.body)}, limit)
 		if err != nil || est.Tokens <= limit {
 			t.Errorf("%s: %+v %v", d.name, est, err)
 		}
@@ -538,7 +538,7 @@ func TestDisguisesFromReview(t *testing.T) {
 		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\ngpt-4o\r\n--b\r\nContent-Disposition: form-data; name=\"Model\"\r\n\r\nllama-3\r\n--b--\r\n"},
 		{"text/plain", `{"model":"gpt-4o","model":"llama-3","prompt":"hi"}`},
 	} {
-		_, err := tk.Estimate(tokens.Request{Format: tokens.FormatSeedChat, ContentType: c[0], Body: strings.NewReader(c[1]), Size: int64(len(c[1]))}, limit)
+		_, err := tk.Estimate(tokens.Request{Format: tokens.FormatSeedChat, ContentType: c[0], Body: []byte(c[1])}, limit)
 		if !errors.Is(err, tokens.ErrInvalid) || !strings.Contains(err.Error(), `duplicate member "model"`) {
 			t.Errorf("%s: %v", c[0], err)
 		}

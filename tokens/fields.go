@@ -1,6 +1,7 @@
 package tokens
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"mime"
@@ -89,7 +90,7 @@ type pass struct {
 }
 
 func newPass(req Request) pass {
-	p := pass{req: req, mediaType: "application/json", work: newWork(req.Size)}
+	p := pass{req: req, mediaType: "application/json", work: newWork(int64(len(req.Body)))}
 	if req.ContentType != p.mediaType { // the common case needs no parsing
 		p.mediaType, p.params, _ = mime.ParseMediaType(req.ContentType)
 	}
@@ -98,7 +99,7 @@ func newPass(req Request) pass {
 	return p
 }
 
-func (p *pass) open() io.Reader { return io.NewSectionReader(p.req.Body, 0, p.req.Size) }
+func (p *pass) open() io.Reader { return bytes.NewReader(p.req.Body) }
 
 // first is the first pass: the model (unless the request names it) and
 // the key parts. Each is read from the reading of the body its kind
@@ -120,9 +121,9 @@ func (p *pass) first() error {
 		switch {
 		case p.full || len(f.JSON) > 0:
 			// Duplicates can hide anywhere: the whole document is walked.
-			p.model, err = jsonFields(p.open(), f.JSON, p.values.JSON, p.full, p.work)
+			p.model, err = jsonFields(p.req.Body, f.JSON, p.values.JSON, p.full, p.work)
 		case needModel:
-			p.model, err = jsonModel(p.open(), p.work)
+			p.model, err = jsonModel(p.req.Body, p.work)
 		}
 		var inv *InvalidError
 		if !isJSONType(p.mediaType) && errors.As(err, &inv) && !inv.final {
@@ -131,7 +132,7 @@ func (p *pass) first() error {
 			clear(p.values.JSON)
 		}
 		if err == nil && len(f.Form) > 0 && p.mediaType == "application/x-www-form-urlencoded" {
-			_, err = readForm(p.open(), p.req.Size, f.Form, p.values.Form, false)
+			_, err = readForm(p.open(), int64(len(p.req.Body)), f.Form, p.values.Form, false)
 		}
 	case bodyMultipart:
 		if p.full || len(f.Form) > 0 {
@@ -141,7 +142,7 @@ func (p *pass) first() error {
 		}
 	case bodyForm:
 		if needModel || len(f.Form) > 0 {
-			p.model, err = readForm(p.open(), p.req.Size, f.Form, p.values.Form, needModel)
+			p.model, err = readForm(p.open(), int64(len(p.req.Body)), f.Form, p.values.Form, needModel)
 		}
 	}
 	if err == nil && len(f.XML) > 0 && p.kind != bodyMultipart && !isJSONType(p.mediaType) {

@@ -13,7 +13,7 @@ import (
 const missing = "\x00missing"
 
 func readFields(ct, body string, f *tokens.Fields) (string, tokens.Values, error) {
-	return tk.ReadFields(tokens.Request{Format: tokens.FormatGeneric, ContentType: ct, Body: strings.NewReader(body), Size: int64(len(body)), Fields: f})
+	return tk.ReadFields(tokens.Request{Format: tokens.FormatGeneric, ContentType: ct, Body: []byte(body), Fields: f})
 }
 
 // got renders values as a want list.
@@ -251,7 +251,7 @@ func TestReadFieldsModel(t *testing.T) {
 	}
 	// A model given by the request overrides the body's.
 	body := `{"model":"a"}`
-	model, _, err := tk.ReadFields(tokens.Request{ContentType: "application/json", Body: strings.NewReader(body), Size: int64(len(body)), Model: "b"})
+	model, _, err := tk.ReadFields(tokens.Request{ContentType: "application/json", Body: []byte(body), Model: "b"})
 	if err != nil || model != "b" {
 		t.Fatalf("override: %q %v", model, err)
 	}
@@ -291,7 +291,7 @@ func TestEstimateWithFields(t *testing.T) {
 			[]string{m, "late"}, []string{m}, []string{m}},
 	}
 	for i, c := range tests {
-		req := tokens.Request{Format: c.format, ContentType: c.ct, Body: strings.NewReader(c.body), Size: int64(len(c.body))}
+		req := tokens.Request{Format: c.format, ContentType: c.ct, Body: []byte(c.body)}
 		for _, limit := range []int{-1, 10} {
 			plain, err := tk.Estimate(req, limit)
 			if err != nil {
@@ -331,7 +331,7 @@ func TestEstimateWithFields(t *testing.T) {
 		case "multipart":
 			body, ct = multipartBody(t, map[string]string{"message": "hi", "context_notes": body})
 		}
-		req := tokens.Request{Format: d.format, ContentType: ct, Body: strings.NewReader(body), Size: int64(len(body))}
+		req := tokens.Request{Format: d.format, ContentType: ct, Body: []byte(body)}
 		plain, err := tk.Estimate(req, -1)
 		req.Fields = f
 		est, ferr := tk.Estimate(req, -1)
@@ -348,7 +348,7 @@ func TestEstimateWithFields(t *testing.T) {
 	// A duplicate the count never reaches (it stopped at the cap) is
 	// still found when the key reads it.
 	body = `{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("word ", 5000) + `"}],"user":"a","user":"b"}`
-	_, err := tk.Estimate(tokens.Request{Format: tokens.FormatChat, ContentType: "application/json", Body: strings.NewReader(body), Size: int64(len(body)), Fields: f}, 10)
+	_, err := tk.Estimate(tokens.Request{Format: tokens.FormatChat, ContentType: "application/json", Body: []byte(body), Fields: f}, 10)
 	if !errors.Is(err, tokens.ErrInvalid) || !strings.Contains(err.Error(), `duplicate member "user"`) {
 		t.Fatalf("duplicate past the cap: %v", err)
 	}
@@ -359,8 +359,7 @@ func ExampleTokenizer_ReadFields() {
 	body := `{"model":"gpt-4o","Metadata":{"user_id":"ana"},"messages":[{"role":"user","content":"hi"}]}`
 	model, v, err := tk.ReadFields(tokens.Request{
 		ContentType: "application/json",
-		Body:        strings.NewReader(body),
-		Size:        int64(len(body)),
+		Body:        []byte(body),
 		Fields:      &tokens.Fields{JSON: []string{"metadata.user_id", "metadata.org"}},
 	})
 	fmt.Println(model, v.JSON, err)

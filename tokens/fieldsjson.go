@@ -1,7 +1,6 @@
 package tokens
 
 import (
-	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -87,9 +86,8 @@ type fieldWalker struct {
 // checks strings as UTF-8 (no count follows to do it); either way a value
 // returned is valid UTF-8. Walking the whole document is what finds a
 // repeated member anywhere.
-func jsonFields(r io.Reader, paths []string, vals []Value, validate bool, wk *work) (string, error) {
-	w := &fieldWalker{j: newJSONReader(r), tree: newPathTree(paths), vals: vals}
-	defer w.j.free()
+func jsonFields(body []byte, paths []string, vals []Value, validate bool, wk *work) (string, error) {
+	w := &fieldWalker{j: newJSONReader(body), tree: newPathTree(paths), vals: vals}
 	w.j.work = wk
 	w.j.noUTF8Check = !validate
 	if err := w.value(0, 0); err != nil {

@@ -2,7 +2,6 @@ package tokens
 
 import (
 	"errors"
-	"io"
 )
 
 // OpenAI's published chat overhead ("How to count tokens with tiktoken").
@@ -16,9 +15,8 @@ const (
 // matching the member name as fold does. It stops at that member, so when
 // model comes first it reads almost nothing; a repeated model is found by
 // the count that follows.
-func jsonModel(r io.Reader, wk *work) (string, error) {
-	j := newJSONReader(r)
-	defer j.free()
+func jsonModel(body []byte, wk *work) (string, error) {
+	j := newJSONReader(body)
 	j.work = wk
 	j.noUTF8Check = true // the count that follows validates what it reads
 	if k, err := j.kind(); err != nil || k != '{' {
@@ -61,9 +59,8 @@ type walker struct {
 }
 
 // countJSON counts the text a model reads in a JSON body of format f.
-func countJSON(r io.Reader, f Format, model string, m *meter) error {
-	w := &walker{j: newJSONReader(r), m: m, format: f, model: model}
-	defer w.j.free()
+func countJSON(body []byte, f Format, model string, m *meter) error {
+	w := &walker{j: newJSONReader(body), m: m, format: f, model: model}
 	w.j.work = m.work
 	k, err := w.j.kind()
 	if err != nil {
@@ -249,70 +246,77 @@ func (w *walker) part(msg bool) error {
 		if err != nil {
 			return err
 		}
-		switch pk {
-		case partMeta:
-			if k == '"' {
-				if name := w.fold(key); name == "file_id" || name == "file_url" {
-					ps.storedFile = true
-				}
-				return w.j.skip()
-			}
-		case partResult:
-			if k == '"' {
-				ps.result, err = w.readBlob(blobFile)
-				return err
-			}
-		case partDetail:
-			if k == '"' {
-				d, err := w.j.stringValue(16)
-				ps.addDetail(d)
-				return err
-			}
-		case partType, partMediaType, partFormat:
-			if k == '"' {
-				dst, max := ps.metadata(pk)
-				*dst, err = w.j.stringValue(max)
-				return err
-			}
-			if pk == partFormat {
-				return w.schema(false)
-			}
-		case partFilename:
-			if k == '"' {
-				ps.filename, err = w.countedString(256)
-				return err
-			}
-		case partName:
-			if k == '"' && msg {
-				if err := w.m.add(perName); err != nil {
-					return err
-				}
-			}
-		case partImageURL:
-			return w.imageURL(&ps)
-		case partSource:
-			return w.source(&ps)
-		case partFile:
-			return w.file(&ps)
-		case partFileData:
-			if k == '"' {
-				b, err := w.readBlob(blobFile)
-				ps.files = append(ps.files, b)
-				return err
-			}
-		case partAudio:
-			return w.audio()
-		case partImages:
-			return w.images()
-		case partRaw:
-			return w.rawAsText()
-		}
-		return w.content()
+		return w.partMember(&ps, pk, name, k, msg)
 	})
 	if err != nil {
 		return err
 	}
 	return w.finishPart(&ps)
+}
+
+// partMember reads the value of a part's member, a name pk is the kind of
+// and k the value's kind: a string the part's costing needs is kept in ps,
+// anything else is content.
+func (w *walker) partMember(ps *partState, pk partKey, name string, k byte, msg bool) (err error) {
+	switch pk {
+	case partMeta:
+		if k == '"' {
+			if name == "file_id" || name == "file_url" {
+				ps.storedFile = true
+			}
+			return w.j.skip()
+		}
+	case partResult:
+		if k == '"' {
+			ps.result, err = w.readBlob(blobFile)
+			return err
+		}
+	case partDetail:
+		if k == '"' {
+			d, err := w.j.stringValue(16)
+			ps.addDetail(d)
+			return err
+		}
+	case partType, partMediaType, partFormat:
+		if k == '"' {
+			dst, max := ps.metadata(pk)
+			*dst, err = w.j.stringValue(max)
+			return err
+		}
+		if pk == partFormat {
+			return w.schema(false)
+		}
+	case partFilename:
+		if k == '"' {
+			ps.filename, err = w.countedString(256)
+			return err
+		}
+	case partName:
+		if k == '"' && msg {
+			if err := w.m.add(perName); err != nil {
+				return err
+			}
+		}
+	case partImageURL:
+		return w.imageURL(ps)
+	case partSource:
+		return w.source(ps)
+	case partFile:
+		return w.file(ps)
+	case partFileData:
+		if k == '"' {
+			b, err := w.readBlob(blobFile)
+			ps.files = append(ps.files, b)
+			return err
+		}
+	case partAudio:
+		return w.audio()
+	case partImages:
+		return w.images()
+	case partRaw:
+		return w.rawAsText()
+	}
+	return w.content()
 }
 
 // countedString counts a string and returns its first max bytes.

@@ -175,7 +175,7 @@ func TestInvalidBodies(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := tk.Estimate(tokens.Request{Format: tokens.FormatChat, ContentType: tt.contentType, Body: strings.NewReader(tt.body), Size: int64(len(tt.body))}, 2000)
+			_, err := tk.Estimate(tokens.Request{Format: tokens.FormatChat, ContentType: tt.contentType, Body: []byte(tt.body)}, 2000)
 			if !errors.Is(err, tokens.ErrInvalid) {
 				t.Fatalf("got %v, want ErrInvalid", err)
 			}

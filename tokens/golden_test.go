@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
@@ -14,7 +13,7 @@ var tk = tokens.New()
 
 func estimate(t testing.TB, f tokens.Format, contentType, body string, limit int) tokens.Estimate {
 	t.Helper()
-	est, err := tk.Estimate(tokens.Request{Format: f, ContentType: contentType, Body: strings.NewReader(body), Size: int64(len(body))}, limit)
+	est, err := tk.Estimate(tokens.Request{Format: f, ContentType: contentType, Body: []byte(body)}, limit)
 	if err != nil {
 		t.Fatalf("Estimate: %v", err)
 	}

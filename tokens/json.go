@@ -1,53 +1,39 @@
 package tokens
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
-
-	"sync"
-	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/jsonscan"
 )
 
-// jsonReader is a pull parser over a stream that hands string contents
-// out in pieces and skips what it is not asked for, so memory stays
-// bounded whatever the size of a value. encoding/json (and jsontext)
-// would materialise every string, base64 images included, in full; the
-// token cap must cost what the cap allows, not what the client sent.
-// It validates as it goes: a syntax error is an *InvalidError.
+// jsonReader is a validating pull parser over a body held whole (in
+// memory, or mapped from its spool file): it hands a string's contents
+// out as sub-slices of the body (escapes decoded into a small buffer) and
+// skips what it is not asked for, so it allocates nothing whatever the
+// size of a value. encoding/json (and jsontext) would copy every string,
+// base64 images included. Its lexing is jsonscan's, the scanner the usage
+// reader and the include_usage editor walk with; what it adds is
+// validation: a syntax error is an *InvalidError.
 type jsonReader struct {
-	r     *bufio.Reader
-	off   int64 // bytes consumed
+	b     []byte
+	i     int // the next byte
 	depth int
 	// work, when set, is drawn on by every workElements-th container or
 	// member read: tiny ones cost more to read than their bytes say.
 	work     *work
 	elements int
-	// capture, when non-nil, receives every byte consumed (a raw copy of
-	// the values read while it is set), up to captureMax.
-	capture    []byte
-	capturing  bool
-	captureMax int
-	overflow   bool // the captured value outgrew captureMax: capture holds its start
-	// tee, when set while capturing, is handed the captured bytes in
-	// pieces of about teeFlush bytes, and capture is emptied after each.
-	tee    func([]byte) error
-	strBuf [4096]byte // str's output buffer; str is never re-entered
 	// fullKeys makes object hand field the whole member name (in keyAcc),
 	// not only its first 256 bytes: schemas, whose member names the model
 	// reads, are counted name and all.
 	fullKeys bool
 	keyAcc   []byte
-	// u8 holds the start of a UTF-8 sequence cut at the end of a run of
-	// plain string bytes, to be completed by the next run.
-	u8  [utf8.UTFMax]byte
-	u8n int
 	// noUTF8Check skips validating strings as UTF-8: for a pass that only
 	// looks for a member, followed by the count that validates what it
 	// reads.
 	noUTF8Check bool
+	esc         [512]byte // decoded escapes on their way to a sink
 }
 
 const maxDepth = 256
@@ -66,109 +52,40 @@ func (e *InvalidError) Error() string { return e.msg }
 // errCaptureFull reports a captured value larger than its bound.
 var errCaptureFull = errors.New("captured value too large")
 
-// readers recycles jsonReaders: each holds a 16 KiB read buffer and a 4
-// KiB string buffer that would otherwise be allocated and zeroed twice per
-// request.
-var readers = sync.Pool{New: func() any { return &jsonReader{r: bufio.NewReaderSize(nil, 16<<10)} }}
-
-// newJSONReader returns a reader of r; release it with free.
-func newJSONReader(r io.Reader) *jsonReader {
-	j := readers.Get().(*jsonReader)
-	j.r.Reset(r)
-	j.off, j.depth, j.capture, j.capturing, j.captureMax, j.overflow = 0, 0, j.capture[:0], false, 0, false
-	j.fullKeys, j.keyAcc, j.u8n, j.tee, j.noUTF8Check = false, j.keyAcc[:0], 0, nil, false
-	return j
-}
-
-// free returns j to the pool; j must not be used after.
-func (j *jsonReader) free() {
-	j.r.Reset(nil)
-	if cap(j.capture) > 64<<10 {
-		j.capture = nil // do not keep a large captured tools array alive
-	}
-	if cap(j.keyAcc) > 64<<10 {
-		j.keyAcc = nil
-	}
-	readers.Put(j)
-}
+// newJSONReader returns a reader of b.
+func newJSONReader(b []byte) *jsonReader { return &jsonReader{b: b} }
 
 func (j *jsonReader) fail(format string, args ...any) error {
-	return &InvalidError{msg: fmt.Sprintf("invalid JSON at byte %d: ", j.off) + fmt.Sprintf(format, args...)}
+	return &InvalidError{msg: fmt.Sprintf("invalid JSON at byte %d: ", j.i) + fmt.Sprintf(format, args...)}
 }
 
-func (j *jsonReader) readByte() (byte, error) {
-	c, err := j.r.ReadByte()
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			return 0, j.fail("unexpected end of input")
-		}
-		return 0, err
-	}
-	j.off++
-	if j.capturing {
-		if len(j.capture) < j.captureMax {
-			j.capture = append(j.capture, c)
-		} else {
-			j.overflow = true
-		}
-		if j.tee != nil && len(j.capture) >= teeFlush {
-			if err := j.flushTee(); err != nil {
-				return 0, err
-			}
-		}
-	}
-	return c, nil
-}
+func (j *jsonReader) errEnd() error { return j.fail("unexpected end of input") }
 
 // peek skips whitespace and returns the next byte without consuming it.
 func (j *jsonReader) peek() (byte, error) {
-	for {
-		b, err := j.r.Peek(1)
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return 0, j.fail("unexpected end of input")
-			}
-			return 0, err
-		}
-		switch b[0] {
-		case ' ', '\t', '\n', '\r':
-			j.readByte()
-		default:
-			return b[0], nil
-		}
+	if j.i = jsonscan.SkipSpace(j.b, j.i); j.i == len(j.b) {
+		return 0, j.errEnd()
 	}
+	return j.b[j.i], nil
 }
 
 // end checks that only whitespace follows the top-level value.
 func (j *jsonReader) end() error {
-	for {
-		b, err := j.r.Peek(1)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		switch b[0] {
-		case ' ', '\t', '\n', '\r':
-			j.readByte()
-		default:
-			return j.fail("data after the top-level value")
-		}
+	if j.i = jsonscan.SkipSpace(j.b, j.i); j.i < len(j.b) {
+		return j.fail("data after the top-level value")
 	}
+	return nil
 }
 
 func (j *jsonReader) expect(c byte) error {
-	if _, err := j.peek(); err != nil {
-		return err
-	}
-	got, err := j.readByte()
+	got, err := j.peek()
 	if err != nil {
 		return err
 	}
 	if got != c {
 		return j.fail("expected %q", c)
 	}
+	j.i++
 	return nil
 }
 
@@ -178,24 +95,20 @@ func (j *jsonReader) object(field func(key []byte) error) error {
 	var keyBuf [64]byte
 	return j.container('{', '}', func(int) error {
 		key := keyBuf[:0]
-		var err error
 		if j.fullKeys {
-			j.keyAcc = j.keyAcc[:0]
-			err = j.str(func(p []byte) error {
-				j.keyAcc = append(j.keyAcc, p...)
+			key = j.keyAcc[:0]
+		}
+		long := false
+		err := j.str(func(p []byte) error {
+			if !j.fullKeys && (long || len(key)+len(p) > 256) { // no key we look for, nor is its end:
+				long, key = true, append(key[:0], 0xff) // it folds to U+FFFD, in no table
 				return nil
-			})
-			key = j.keyAcc
-		} else {
-			long := false
-			err = j.str(func(p []byte) error {
-				if long || len(key)+len(p) > 256 { // no key we look for, nor is its end:
-					long, key = true, append(key[:0], 0xff) // it folds to U+FFFD, in no table
-					return nil
-				}
-				key = append(key, p...)
-				return nil
-			})
+			}
+			key = append(key, p...)
+			return nil
+		})
+		if j.fullKeys {
+			j.keyAcc = key
 		}
 		if err != nil {
 			return err
@@ -233,29 +146,25 @@ func (j *jsonReader) container(open, close byte, member func(i int) error) error
 	if j.depth++; j.depth > maxDepth {
 		return j.fail("nesting deeper than %d", maxDepth)
 	}
+	defer func() { j.depth-- }()
 	if err := j.element(); err != nil {
-		j.depth--
 		return err
 	}
-	defer func() { j.depth-- }()
 	for i := 0; ; i++ {
 		c, err := j.peek()
 		if err != nil {
 			return err
 		}
-		if c == close && i == 0 {
-			_, err := j.readByte()
-			return err
-		}
-		if i > 0 {
-			sep, err := j.readByte()
-			if err != nil {
-				return err
-			}
-			if sep == close {
+		switch {
+		case c == close && i == 0:
+			j.i++
+			return nil
+		case i > 0:
+			j.i++
+			if c == close {
 				return nil
 			}
-			if sep != ',' {
+			if c != ',' {
 				return j.fail("expected ',' or %q", close)
 			}
 			if _, err := j.peek(); err != nil {
@@ -272,212 +181,69 @@ func (j *jsonReader) container(open, close byte, member func(i int) error) error
 }
 
 // str reads a string, handing its unescaped contents to sink (nil: skip)
-// in pieces of at most a few KiB (a piece never splits an escape; it may
-// split a UTF-8 sequence of the raw input). Runs of plain bytes are taken
-// straight from the read buffer.
+// in pieces: runs of plain bytes as they stand in the body, decoded
+// escapes gathered in a small buffer. A sink must not keep a piece.
 func (j *jsonReader) str(sink func([]byte) error) error {
 	if err := j.expect('"'); err != nil {
 		return err
 	}
-	j.u8n = 0
-	buf := j.strBuf[:]
-	out := buf[:0]
-	flush := func() error {
-		if len(out) == 0 || sink == nil {
-			out = buf[:0]
-			return nil
-		}
-		err := sink(out)
-		out = buf[:0]
-		return err
-	}
+	out := j.esc[:0]
 	for {
-		if j.r.Buffered() == 0 {
-			if _, err := j.r.Peek(1); err != nil {
-				if errors.Is(err, io.EOF) {
-					return j.fail("unexpected end of input")
-				}
-				return err
-			}
+		start := j.i
+		plain := plainRun(j.b[start:])
+		if j.i += plain; j.i == len(j.b) {
+			return j.errEnd()
 		}
-		chunk, _ := j.r.Peek(j.r.Buffered())
-		plain, firstHigh := plainRun(chunk)
-		if j.u8n > 0 && plain > 0 {
-			firstHigh = 0
-		}
-		if firstHigh >= 0 && !j.noUTF8Check {
-			if err := j.checkUTF8(chunk[firstHigh:plain]); err != nil {
-				return err
-			}
-		}
-		for done := 0; done < plain; {
-			if len(out) == len(buf) {
-				if err := flush(); err != nil {
-					return err
-				}
-			}
-			n := copy(out[len(out):cap(out)], chunk[done:plain])
-			out = out[:len(out)+n]
-			done += n
-		}
-		if err := j.consume(plain); err != nil {
-			return err
-		}
-		if plain == len(chunk) {
-			continue
-		}
-		if len(out) > len(buf)-8 {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-		if j.u8n > 0 {
+		if !j.noUTF8Check && !utf8.Valid(j.b[start:j.i]) {
 			return j.fail("invalid UTF-8 in string")
 		}
-		c, err := j.readByte()
-		if err != nil {
-			return err
+		if plain > 0 || len(out) > len(j.esc)-utf8.UTFMax {
+			if err := j.hand(sink, out); err != nil {
+				return err
+			}
+			out = j.esc[:0]
+			if err := j.hand(sink, j.b[start:j.i]); err != nil {
+				return err
+			}
 		}
-		switch {
+		switch c := j.b[j.i]; {
 		case c == '"':
-			return flush()
+			j.i++
+			return j.hand(sink, out)
 		case c < 0x20:
 			return j.fail("control character in string")
 		}
-		if out, err = j.escape(out); err != nil {
-			return err
+		var n int
+		var ok bool
+		if out, n, ok = jsonscan.AppendEscape(out, j.b[j.i:]); !ok {
+			return j.fail("invalid escape")
 		}
+		j.i += n
 	}
 }
 
-// plainRun is the length of the run of plain bytes chunk starts with (up
-// to a quote, a backslash or a control character), and where its first
-// non-ASCII byte is (-1: none). ASCII is stepped over eight bytes at a
-// time; non-ASCII byte by byte, to be validated from its first byte on.
-func plainRun(chunk []byte) (plain, firstHigh int) {
-	firstHigh = -1
-	for {
-		plain += plainASCII(chunk[plain:])
-		if plain == len(chunk) {
-			return plain, firstHigh
-		}
-		c := chunk[plain]
-		if c == '"' || c == '\\' || c < 0x20 {
-			return plain, firstHigh
-		}
-		if c >= utf8.RuneSelf && firstHigh < 0 {
-			firstHigh = plain
-		}
-		plain++
-	}
-}
-
-// escapes are the one-letter escapes of JSON strings and what they stand for.
-var escapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
-
-// escape reads the escape after a backslash and appends what it stands for.
-func (j *jsonReader) escape(out []byte) ([]byte, error) {
-	e, err := j.readByte()
-	if err != nil {
-		return out, err
-	}
-	if c := escapes[e]; c != 0 {
-		return append(out, c), nil
-	}
-	if e != 'u' {
-		return out, j.fail("invalid escape")
-	}
-	r, err := j.hex4()
-	if err != nil {
-		return out, err
-	}
-	if utf16.IsSurrogate(r) {
-		r = j.lowSurrogate(r)
-	}
-	return utf8.AppendRune(out, r), nil
-}
-
-// consume takes n bytes already in the read buffer.
-func (j *jsonReader) consume(n int) error {
-	if n == 0 {
+func (j *jsonReader) hand(sink func([]byte) error, p []byte) error {
+	if sink == nil || len(p) == 0 {
 		return nil
 	}
-	if j.capturing {
-		b, _ := j.r.Peek(n)
-		room := j.captureMax - len(j.capture)
-		if n > room {
-			b, j.overflow = b[:max(room, 0)], true
-		}
-		j.capture = append(j.capture, b...)
-	}
-	j.r.Discard(n)
-	j.off += int64(n)
-	if j.tee != nil && len(j.capture) >= teeFlush {
-		return j.flushTee()
-	}
-	return nil
+	return sink(p)
 }
 
-// teeFlush is how many captured bytes a tee is handed at a time.
-const teeFlush = 16 << 10
-
-func (j *jsonReader) flushTee() error {
-	err := j.tee(j.capture)
-	j.capture = j.capture[:0]
-	return err
-}
-
-func (j *jsonReader) hex4() (rune, error) {
-	var r rune
-	for i := 0; i < 4; i++ {
-		c, err := j.readByte()
-		if err != nil {
-			return 0, err
+// plainRun is the length of the run of plain bytes b starts with: up to
+// a quote, a backslash or a control character. ASCII is stepped over
+// eight bytes at a time.
+func plainRun(b []byte) int {
+	n := 0
+	for {
+		n += plainASCII(b[n:])
+		if n == len(b) {
+			return n
 		}
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			c = c - 'A' + 10
-		default:
-			return 0, j.fail("invalid \\u escape")
+		if c := b[n]; c == '"' || c == '\\' || c < 0x20 {
+			return n
 		}
-		r = r<<4 | rune(c)
+		n++
 	}
-	return r, nil
-}
-
-// lowSurrogate completes a surrogate pair when "\uDC00"… follows; a lone
-// surrogate becomes U+FFFD, as encoding/json decodes it.
-func (j *jsonReader) lowSurrogate(hi rune) rune {
-	b, err := j.r.Peek(6)
-	if err != nil || b[0] != '\\' || b[1] != 'u' {
-		return utf8.RuneError
-	}
-	var lo rune
-	for _, c := range b[2:] {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			c = c - 'A' + 10
-		default:
-			return utf8.RuneError
-		}
-		lo = lo<<4 | rune(c)
-	}
-	r := utf16.DecodeRune(hi, lo)
-	if r == utf8.RuneError {
-		return r
-	}
-	for i := 0; i < 6; i++ {
-		j.readByte()
-	}
-	return r
 }
 
 // stringValue reads a string of at most max bytes (longer: truncated).
@@ -500,12 +266,10 @@ func (j *jsonReader) kind() (byte, error) {
 		return 0, err
 	}
 	switch {
-	case c == '"' || c == '{' || c == '[':
+	case c == '"' || c == '{' || c == '[' || c == 't' || c == 'f':
 		return c, nil
 	case c == '-' || c >= '0' && c <= '9':
 		return 'n', nil
-	case c == 't' || c == 'f':
-		return c, nil
 	case c == 'n':
 		return 'l', nil
 	}
@@ -537,57 +301,79 @@ func (j *jsonReader) skip() error {
 }
 
 func (j *jsonReader) literal(s string) error {
-	for i := 0; i < len(s); i++ {
-		c, err := j.readByte()
-		if err != nil {
-			return err
-		}
-		if c != s[i] {
-			return j.fail("invalid literal")
-		}
+	if len(j.b)-j.i < len(s) || string(j.b[j.i:j.i+len(s)]) != s {
+		return j.fail("invalid literal")
 	}
+	j.i += len(s)
 	return nil
 }
 
 // number consumes a number (RFC 8259 grammar).
 func (j *jsonReader) number() error {
-	digits := func() (int, error) {
-		n := 0
-		for {
-			b, err := j.r.Peek(1)
-			if err != nil || b[0] < '0' || b[0] > '9' {
-				return n, nil
+	b := j.b
+	is := func(cs string) bool {
+		if j.i < len(b) {
+			for k := 0; k < len(cs); k++ {
+				if b[j.i] == cs[k] {
+					j.i++
+					return true
+				}
 			}
-			j.readByte()
-			n++
 		}
+		return false
 	}
-	if b, _ := j.r.Peek(1); len(b) == 1 && b[0] == '-' {
-		j.readByte()
+	digits := func() bool {
+		from := j.i
+		for j.i < len(b) && b[j.i] >= '0' && b[j.i] <= '9' {
+			j.i++
+		}
+		return j.i > from
 	}
-	b, err := j.r.Peek(1)
-	if err != nil {
+	is("-")
+	if !is("0") && !digits() {
 		return j.fail("invalid number")
 	}
-	if b[0] == '0' {
-		j.readByte()
-	} else if n, _ := digits(); n == 0 {
+	if is(".") && !digits() {
 		return j.fail("invalid number")
 	}
-	if b, _ := j.r.Peek(1); len(b) == 1 && b[0] == '.' {
-		j.readByte()
-		if n, _ := digits(); n == 0 {
-			return j.fail("invalid number")
-		}
-	}
-	if b, _ := j.r.Peek(1); len(b) == 1 && (b[0] == 'e' || b[0] == 'E') {
-		j.readByte()
-		if b, _ := j.r.Peek(1); len(b) == 1 && (b[0] == '+' || b[0] == '-') {
-			j.readByte()
-		}
-		if n, _ := digits(); n == 0 {
+	if is("eE") {
+		is("+-")
+		if !digits() {
 			return j.fail("invalid number")
 		}
 	}
 	return nil
+}
+
+// Readers of a whole value's raw JSON text, for members whose text is
+// costed as a whole (schemas, tool arguments) or returned (key parts).
+
+// rawValue consumes one value and returns its raw JSON text.
+func (j *jsonReader) rawValue() ([]byte, error) {
+	if _, err := j.peek(); err != nil {
+		return nil, err
+	}
+	start := j.i
+	err := j.skip()
+	return j.b[start:j.i], err
+}
+
+// teeValue consumes one value and hands its raw JSON text to sink.
+func (j *jsonReader) teeValue(sink func([]byte) error) error {
+	raw, err := j.rawValue()
+	if err != nil {
+		return err
+	}
+	return j.hand(sink, raw)
+}
+
+// captureValue consumes one value and returns its raw JSON text; past max
+// bytes it returns the first max bytes and errCaptureFull (the value is
+// consumed either way).
+func (j *jsonReader) captureValue(max int) ([]byte, error) {
+	raw, err := j.rawValue()
+	if err == nil && len(raw) > max {
+		return raw[:max], errCaptureFull
+	}
+	return raw, err
 }

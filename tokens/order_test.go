@@ -174,7 +174,7 @@ func orderCorpus(t testing.TB) []orderCase {
 // orderEstimate counts body with limit, failing on an error.
 func orderEstimate(t testing.TB, f tokens.Format, body string, limit int) tokens.Estimate {
 	t.Helper()
-	est, err := tk.Estimate(tokens.Request{Format: f, ContentType: "application/json", Body: strings.NewReader(body), Size: int64(len(body))}, limit)
+	est, err := tk.Estimate(tokens.Request{Format: f, ContentType: "application/json", Body: []byte(body)}, limit)
 	if err != nil {
 		t.Fatalf("Estimate: %v\n%s", err, body)
 	}

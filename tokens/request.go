@@ -47,9 +47,10 @@ func FormatForPath(path string) Format {
 type Request struct {
 	Format      Format
 	ContentType string
-	Body        io.ReaderAt // read more than once (a first pass finds the model)
-	Size        int64
-	Model       string // when set, overrides the body's model field
+	// Body is the whole body, read more than once (a first pass finds
+	// the model) and never written.
+	Body  []byte
+	Model string // when set, overrides the body's model field
 	// Fields, when non-nil, are the body key parts Estimate also reads, in
 	// its first pass (see Fields and ReadFields).
 	Fields *Fields
@@ -109,11 +110,11 @@ func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
 	var err error
 	switch kind {
 	case bodyJSON:
-		err = countJSON(p.open(), req.Format, model, m)
+		err = countJSON(req.Body, req.Format, model, m)
 	case bodyMultipart:
 		err = countMultipart(p.open(), p.params["boundary"], pricing{model: model, anthropic: req.Format == FormatMessages}, m)
 	case bodyForm:
-		err = countForm(p.open(), req.Size, m)
+		err = countForm(p.open(), int64(len(req.Body)), m)
 	default:
 		err = countText(p.open(), m)
 	}
@@ -133,7 +134,7 @@ func (t *Tokenizer) Estimate(req Request, limit int) (Estimate, error) {
 		// {"x":"&message=…&"} holds a message field. The larger reading
 		// counts.
 		fm := &meter{c: c, limit: limit, work: p.work}
-		ferr := countForm(p.open(), req.Size, fm)
+		ferr := countForm(p.open(), int64(len(req.Body)), fm)
 		if fm.total > m.total {
 			m, err = fm, ferr
 		}

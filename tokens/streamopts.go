@@ -6,7 +6,7 @@ import (
 	"errors"
 	"io"
 
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/jsonscan"
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/jsonscan"
 )
 
 // Edit replaces the bytes [Start, End) of a body by Text (Start == End
@@ -15,10 +15,6 @@ type Edit struct {
 	Start, End int64
 	Text       []byte
 }
-
-// maxEditedBody bounds the body IncludeUsage reads; a larger one is left
-// as it is (its usage is then counted from the output, SPEC §8).
-const maxEditedBody = 32 << 20
 
 var errNotObject = errors.New("the body is not a JSON object")
 
@@ -32,14 +28,7 @@ var errNotObject = errors.New("the body is not a JSON object")
 // added before the closing brace. The body must be one JSON object (the
 // token count has checked it); anything else is an error and the body is
 // left as it is.
-func IncludeUsage(body io.ReaderAt, size int64) ([]Edit, error) {
-	if size > maxEditedBody {
-		return nil, errors.New("the body is too large to edit")
-	}
-	b := make([]byte, size)
-	if n, err := body.ReadAt(b, 0); int64(n) < size {
-		return nil, err
-	}
+func IncludeUsage(b []byte) ([]Edit, error) {
 	o := jsonscan.OpenObject(b, 0)
 	if o.Bad {
 		return nil, errNotObject
@@ -115,14 +104,14 @@ var errScan = errors.New("malformed JSON")
 
 // Edited returns body with edits applied, as a reader, and its new size;
 // the unchanged parts are read from body, not copied.
-func Edited(body io.ReaderAt, size int64, edits []Edit) (io.Reader, int64) {
+func Edited(body []byte, edits []Edit) (io.Reader, int64) {
 	var parts []io.Reader
-	at, n := int64(0), size
+	at, n := int64(0), int64(len(body))
 	for _, e := range edits {
-		parts = append(parts, io.NewSectionReader(body, at, e.Start-at), bytes.NewReader(e.Text))
+		parts = append(parts, bytes.NewReader(body[at:e.Start]), bytes.NewReader(e.Text))
 		n += int64(len(e.Text)) - (e.End - e.Start)
 		at = e.End
 	}
-	parts = append(parts, io.NewSectionReader(body, at, size-at))
+	parts = append(parts, bytes.NewReader(body[at:]))
 	return io.MultiReader(parts...), n
 }

@@ -1,7 +1,6 @@
 package tokens_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"strings"
@@ -12,12 +11,12 @@ import (
 
 func edited(t *testing.T, body string) (string, error) {
 	t.Helper()
-	r := strings.NewReader(body)
-	edits, err := tokens.IncludeUsage(r, int64(len(body)))
+	r := []byte(body)
+	edits, err := tokens.IncludeUsage(r)
 	if err != nil {
 		return "", err
 	}
-	out, n := tokens.Edited(r, int64(len(body)), edits)
+	out, n := tokens.Edited(r, edits)
 	b, err := io.ReadAll(out)
 	if err != nil {
 		t.Fatal(err)
@@ -67,11 +66,11 @@ func FuzzIncludeUsage(f *testing.F) {
 	f.Add([]byte(`{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":false}}`))
 	f.Add([]byte(`{"a":[{"b":"\"}"}],"Stream_Options":null}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		edits, err := tokens.IncludeUsage(bytes.NewReader(body), int64(len(body)))
+		edits, err := tokens.IncludeUsage(body)
 		if err != nil || !json.Valid(body) {
 			return
 		}
-		out, _ := tokens.Edited(bytes.NewReader(body), int64(len(body)), edits)
+		out, _ := tokens.Edited(body, edits)
 		b, _ := io.ReadAll(out)
 		var v map[string]any
 		if err := json.Unmarshal(b, &v); err != nil {

@@ -27,7 +27,7 @@ var toolFormatMembers = map[string]bool{
 // would otherwise cost nothing). An array too large to decode is counted
 // as JSON text.
 func (w *walker) tools(legacy bool) error {
-	start := w.j.off
+	start := w.j.i
 	raw, err := w.j.captureValue(maxToolsJSON)
 	if errors.Is(err, errCaptureFull) {
 		if err := w.m.valueBytes(raw); err != nil {
@@ -35,7 +35,7 @@ func (w *walker) tools(legacy bool) error {
 		}
 		// What did not fit is priced at four bytes a token, about what
 		// JSON text costs, without keeping it.
-		return w.m.add(int((w.j.off - start - int64(len(raw)) + 3) / 4))
+		return w.m.add((w.j.i - start - len(raw) + 3) / 4)
 	}
 	if err != nil {
 		return err
@@ -50,8 +50,7 @@ func (w *walker) tools(legacy bool) error {
 		return err
 	}
 	text, err := w.sub(func(m *meter) error {
-		sw := &walker{j: newJSONReader(bytes.NewReader(raw)), m: m, format: w.format, model: w.model}
-		defer sw.j.free()
+		sw := &walker{j: newJSONReader(raw), m: m, format: w.format, model: w.model}
 		sw.j.work = m.work
 		return sw.schema(true)
 	})

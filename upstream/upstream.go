@@ -1,6 +1,7 @@
 // Package upstream forwards admitted requests to the protected API:
-// httputil.ReverseProxy with Rewrite, a transport tuned for many concurrent
-// long-lived requests, streaming responses flushed as they arrive and
+// httputil.ReverseProxy with Rewrite over NewTransport (upstream/h1's
+// pooled HTTP/1.1 client for http://, a tuned http.Transport for https://
+// and upgrades), streaming responses flushed as they arrive and
 // transport errors classified into 502 and 504.
 package upstream
 
@@ -17,6 +18,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/h1"
 )
 
 // Options configures New.
@@ -69,7 +72,7 @@ func New(o Options) *httputil.ReverseProxy {
 	}
 	rt := o.Transport
 	if rt == nil {
-		rt = NewTransport(o.ResponseHeaderTimeout)
+		rt = NewTransport(o.Target, o.ResponseHeaderTimeout)
 	}
 	claims := newClaimSet()
 	return &httputil.ReverseProxy{
@@ -241,10 +244,35 @@ func Status(ctx context.Context, err error) int {
 	return http.StatusBadGateway
 }
 
-// NewTransport returns the transport used towards the upstream: one host,
-// so the idle pool per host is as large as the total; bounded dial and TLS
-// handshakes; the response-header wait bounded by responseHeader.
-func NewTransport(responseHeader time.Duration) *http.Transport {
+// NewTransport returns the transport used towards the upstream target.
+// For an http:// upstream it is an h1.Client: one LIFO pool of kept-alive
+// connections to the one origin, each request written in one write, the
+// response head parsed from the read buffer; the requests it does not
+// carry itself (WebSocket upgrades, which need a 101 with a writable
+// body, and requests with trailers) go to the tuned http.Transport. For
+// an https:// upstream it is the tuned http.Transport alone (TLS, its
+// session cache and HTTP/2 stay net/http's). Both bound the dial to 10 s
+// and the response-header wait to responseHeader.
+func NewTransport(target *url.URL, responseHeader time.Duration) http.RoundTripper {
+	tr := NewHTTPTransport(responseHeader)
+	if target == nil || target.Scheme != "http" {
+		return tr
+	}
+	return h1.New(h1.Options{
+		Host:                  target.Host,
+		DialTimeout:           10 * time.Second,
+		ResponseHeaderTimeout: responseHeader,
+		MaxIdle:               1024,
+		IdleTimeout:           90 * time.Second,
+		Fallback:              tr,
+	})
+}
+
+// NewHTTPTransport returns the net/http transport used towards an https
+// upstream, and for upgrades to an http one: one host, so the idle pool
+// per host is as large as the total; bounded dial and TLS handshakes; the
+// response-header wait bounded by responseHeader.
+func NewHTTPTransport(responseHeader time.Duration) *http.Transport {
 	return &http.Transport{
 		Proxy: nil, // never route the protected API through an environment proxy
 		DialContext: (&net.Dialer{

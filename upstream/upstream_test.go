@@ -52,7 +52,7 @@ func TestStatus(t *testing.T) {
 
 // The transport keeps enough idle connections for a burst to one host.
 func TestTransportPoolsPerHost(t *testing.T) {
-	tr := upstream.NewTransport(0)
+	tr := upstream.NewHTTPTransport(0)
 	if tr.MaxIdleConnsPerHost < 256 || tr.Proxy != nil || !tr.DisableCompression {
 		t.Fatalf("transport %+v", tr)
 	}

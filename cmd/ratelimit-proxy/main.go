@@ -6,6 +6,7 @@
 //	ratelimit-proxy -check -config config.toml
 //	ratelimit-proxy -mock                    # only the mock API, on LISTEN_ADDR
 //	ratelimit-proxy tokens [-model M] < body.json
+//	ratelimit-proxy key [-json] < key     # the public form and SHA-256 of an API key
 //
 // main only wires: load the configuration, build the components, start the
 // listeners, wait for a signal, drain.
@@ -40,11 +41,19 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "tokens" {
-		os.Exit(runTokens(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "tokens":
+			os.Exit(runTokens(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+		case "key":
+			os.Exit(runKey(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+		}
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
+
+// demoListenAddr is LISTEN_ADDR's default under -demo: loopback only.
+const demoListenAddr = "127.0.0.1:8080"
 
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ratelimit-proxy", flag.ContinueOnError)
@@ -63,6 +72,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	cfg, err := config.Load(*cfgPath, nil)
 	cfg.Demo = *demo || *mock
+	if *demo && !cfg.IsSet("listen_addr") {
+		cfg.ListenAddr = demoListenAddr // a demo is not a proxy to the network unless asked
+	}
 	// Report every problem at once: what did not decode, and what decoded
 	// but is out of range (unless the file itself could not be read).
 	if !errors.Is(err, config.ErrFile) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -35,7 +34,7 @@ func runTokens(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	est, err := tokens.New().Estimate(tokens.Request{
 		Format: tokens.FormatForPath(*path), ContentType: *contentType,
-		Body: bytes.NewReader(body), Size: int64(len(body)), Model: *model,
+		Body: body, Model: *model,
 	}, -1)
 	if err != nil {
 		if errors.Is(err, tokens.ErrInvalid) {

@@ -17,6 +17,9 @@
 #   GOMAXPROCS=1     for the Go contenders (proxy, plain): one Go P against one
 #                    nginx worker process; try 2 too
 #   BIN=             prebuilt ratelimit-proxy (default: go build ./cmd/ratelimit-proxy)
+#   BASE_BIN=        a second ratelimit-proxy build, the contender "base" (e.g.
+#                    the commit before a change): measured in the same run,
+#                    interleaved, configured as "proxy"
 #   PLAIN_BIN=       prebuilt plainproxy (default: go build ./tests/bench/plainproxy)
 #   NGINX=/usr/sbin/nginx  WRK=wrk
 #   ALLOW_SOCKET_ERRORS=0  1: report wrk socket errors instead of failing
@@ -51,7 +54,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 [[ $CONNECTIONS =~ ^[1-9][0-9]*$ ]] || die "CONNECTIONS must be a positive integer, got '$CONNECTIONS'"
 [[ $PROCS =~ ^[1-9][0-9]*$ ]] || die "GOMAXPROCS must be a positive integer, got '$PROCS'"
 for c in $CONTENDERS; do
-	case $c in proxy | nginx | plain) ;; *) die "unknown contender '$c' (known: proxy nginx plain)" ;; esac
+	case $c in proxy | base | nginx | plain) ;; *) die "unknown contender '$c' (known: proxy base nginx plain)" ;; esac
+	[[ $c == base && -z ${BASE_BIN:-} ]] && die "contender base needs BASE_BIN, a ratelimit-proxy binary"
 	[[ $MODE == refused && $c == plain ]] && die "plain refuses nothing: not a contender with MODE=refused"
 done
 [[ -n ${CONTENDERS// /} ]] || die "CONTENDERS is empty"
@@ -74,6 +78,8 @@ pick_port NGINX_PORT
 pick_port PROXY_PORT
 pick_port ADMIN_PORT
 pick_port PLAIN_PORT
+pick_port BASE_PORT
+pick_port BASE_ADMIN_PORT
 
 # ------------------------------------------------------------- payloads ---
 REQ_BODY='{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are a concise assistant."},{"role":"user","content":"In one sentence, explain why a reverse proxy should rate-limit each caller before it forwards chat requests to an upstream LLM API."}],"temperature":0.2,"max_tokens":64,"stream":false}'
@@ -134,6 +140,10 @@ mkdir -p "$UP_DIR"
         location / {
             default_type application/json;
             return 200 '$RESP_BODY';
+        }
+        # Accepted connections: how many the contender opened to it.
+        location = /__stub_status {
+            stub_status;
         }
     }
 }
@@ -269,17 +279,19 @@ for c in $CONTENDERS; do
 		URL[nginx]=http://127.0.0.1:$NGINX_PORT$PATH_UNDER_TEST
 		GROUP[nginx]=$(group_pids "$LAST_PID" | tr '\n' ' ')
 		;;
-	proxy)
+	proxy | base)
+		bin=$BIN port=$PROXY_PORT admin=$ADMIN_PORT
+		[[ $c == base ]] && bin=$BASE_BIN port=$BASE_PORT admin=$BASE_ADMIN_PORT
 		# A clean environment: only what this benchmark sets reaches the proxy.
 		env -i PATH="$PATH" HOME="${HOME:-/}" GOMAXPROCS="$PROCS" \
-			UPSTREAM_URL="$UP_URL" LISTEN_ADDR="127.0.0.1:$PROXY_PORT" ADMIN_ADDR="127.0.0.1:$ADMIN_PORT" \
+			UPSTREAM_URL="$UP_URL" LISTEN_ADDR="127.0.0.1:$port" ADMIN_ADDR="127.0.0.1:$admin" \
 			CHAT_RPM=$RPM LOG_LEVEL=warn SHUTDOWN_TIMEOUT=2s \
-			"$BIN" >"$tmp/proxy.log" 2>&1 &
+			"$bin" >"$tmp/$c.log" 2>&1 &
 		LAST_PID=$!
 		PIDS+=("$LAST_PID")
-		wait_ready "ratelimit-proxy" "$LAST_PID" "$tmp/proxy.log" "http://127.0.0.1:$ADMIN_PORT/readyz"
-		URL[proxy]=http://127.0.0.1:$PROXY_PORT$PATH_UNDER_TEST
-		GROUP[proxy]=$LAST_PID
+		wait_ready "ratelimit-proxy ($c)" "$LAST_PID" "$tmp/$c.log" "http://127.0.0.1:$admin/readyz"
+		URL[$c]=http://127.0.0.1:$port$PATH_UNDER_TEST
+		GROUP[$c]=$LAST_PID
 		;;
 	plain)
 		env -i PATH="$PATH" HOME="${HOME:-/}" GOMAXPROCS="$PROCS" \
@@ -350,6 +362,10 @@ $(cat "$out")"
 $(cat "$out")"
 }
 
+accepts() { # the upstream's accepted connections so far
+	curl -fsS --max-time 2 "$UP_URL/__stub_status" | awk '/^ *[0-9]+ +[0-9]+ +[0-9]+/ {print $1; exit}'
+}
+
 measure() { # measure ROUND CONTENDER
 	local round=$1 c=$2 url=${URL[$2]} out=$tmp/wrk-$1-$2.txt
 	local -a group
@@ -358,12 +374,14 @@ measure() { # measure ROUND CONTENDER
 	run_wrk "$WARMUP" "$url" "$out.warmup"
 	check_wrk "$c (warm-up)" "$out.warmup"
 	log "round $round: $c measured $DURATION"
-	local c0 u0 c1 u1
+	local c0 u0 c1 u1 a0 a1
+	a0=$(accepts)
 	c0=$(cpu_ticks "${group[@]}")
 	u0=$(cpu_ticks "${UP_PIDS[@]}")
 	run_wrk "$DURATION" "$url" "$out"
 	c1=$(cpu_ticks "${group[@]}")
 	u1=$(cpu_ticks "${UP_PIDS[@]}")
+	a1=$(accepts)
 	check_wrk "$c" "$out"
 	local reqs rps p50 p99
 	reqs=$(awk '/ requests in / {print $1}' "$out")
@@ -371,8 +389,9 @@ measure() { # measure ROUND CONTENDER
 	p50=$(awk '$1 == "50%" {print $2}' "$out")
 	p99=$(awk '$1 == "99%" {print $2}' "$out")
 	[[ $reqs =~ ^[1-9][0-9]*$ ]] || die "$c: wrk served no requests: $(cat "$out")"
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$c" "$reqs" "$rps" \
-		"$((c1 - c0))" "$((u1 - u0))" "${p50:--}" "${p99:--}" >>"$RESULTS"
+	# The stub_status request itself is one accepted connection.
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$c" "$reqs" "$rps" \
+		"$((c1 - c0))" "$((u1 - u0))" "${p50:--}" "${p99:--}" "$((a1 - a0 - 1))" >>"$RESULTS"
 }
 
 read -ra ORDER <<<"$CONTENDERS"
@@ -403,11 +422,11 @@ echo "- mode $MODE; POST $PATH_UNDER_TEST, ${#REQ_BODY}-byte JSON body, ${#RESP_
 echo "- Go contenders: GOMAXPROCS=$PROCS; nginx contender and upstream: worker_processes 1; CLK_TCK=$CLK_TCK"
 echo "- CPU = Δ(utime+stime) of all the contender's processes over the measured run; upstream = the shared nginx upstream, for information"
 echo
-echo "| round | contender | requests | req/s | CPU s | CPU µs/req | upstream µs/req | p50 | p99 |"
-echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+echo "| round | contender | requests | req/s | CPU s | CPU µs/req | upstream µs/req | new upstream conns | p50 | p99 |"
+echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 awk -F'\t' -v hz="$CLK_TCK" '{
-	printf "| %s | %s | %d | %.0f | %.2f | %.1f | %.1f | %s | %s |\n",
-		$1, $2, $3, $4, $5 / hz, $5 / hz * 1e6 / $3, $6 / hz * 1e6 / $3, $7, $8
+	printf "| %s | %s | %d | %.0f | %.2f | %.1f | %.1f | %d | %s | %s |\n",
+		$1, $2, $3, $4, $5 / hz, $5 / hz * 1e6 / $3, $6 / hz * 1e6 / $3, $9, $7, $8
 }' "$RESULTS"
 echo
 
@@ -415,24 +434,29 @@ median() { # median FIELD CONTENDER: FIELD is an awk expression over $3..$6
 	awk -F'\t' -v c="$2" -v hz="$CLK_TCK" "\$2 == c { print $1 }" "$RESULTS" | sort -g |
 		awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
-declare -A MED_CPU MED_RPS MED_UP
+declare -A MED_CPU MED_RPS MED_UP MED_CONN
 for c in "${ORDER[@]}"; do
 	MED_CPU[$c]=$(median '$5 / hz * 1e6 / $3' "$c")
 	MED_RPS[$c]=$(median '$4' "$c")
 	MED_UP[$c]=$(median '$6 / hz * 1e6 / $3' "$c")
+	MED_CONN[$c]=$(median '$9' "$c")
 done
 ref=${ORDER[0]}
 [[ -n ${MED_CPU[nginx]:-} ]] && ref=nginx
-echo "| contender (median of $ROUNDS) | CPU µs/req | × $ref | req/s | upstream µs/req |"
-echo "|---|---:|---:|---:|---:|"
+echo "| contender (median of $ROUNDS) | CPU µs/req | × $ref | req/s | upstream µs/req | new upstream conns |"
+echo "|---|---:|---:|---:|---:|---:|"
 for c in "${ORDER[@]}"; do
-	awk -v c="$c" -v cpu="${MED_CPU[$c]}" -v ref="${MED_CPU[$ref]}" -v rps="${MED_RPS[$c]}" -v up="${MED_UP[$c]}" \
-		'BEGIN { printf "| %s | %.1f | %.2f | %.0f | %.1f |\n", c, cpu, cpu / ref, rps, up }'
+	awk -v c="$c" -v cpu="${MED_CPU[$c]}" -v ref="${MED_CPU[$ref]}" -v rps="${MED_RPS[$c]}" -v up="${MED_UP[$c]}" -v conn="${MED_CONN[$c]}" \
+		'BEGIN { printf "| %s | %.1f | %.2f | %.0f | %.1f | %.0f |\n", c, cpu, cpu / ref, rps, up, conn }'
 done
 if [[ -n ${MED_CPU[proxy]:-} && -n ${MED_CPU[nginx]:-} ]]; then
 	echo
 	awk -v p="${MED_CPU[proxy]}" -v n="${MED_CPU[nginx]}" \
 		'BEGIN { printf "**proxy / nginx CPU per request (medians): %.2f**\n", p / n }'
+fi
+if [[ -n ${MED_CPU[proxy]:-} && -n ${MED_CPU[base]:-} ]]; then
+	awk -v p="${MED_CPU[proxy]}" -v n="${MED_CPU[base]}" \
+		'BEGIN { printf "\nproxy / base (BASE_BIN) CPU per request (medians): %.2f\n", p / n }'
 fi
 if [[ -n ${MED_CPU[proxy]:-} && -n ${MED_CPU[plain]:-} ]]; then
 	awk -v p="${MED_CPU[proxy]}" -v n="${MED_CPU[plain]}" \

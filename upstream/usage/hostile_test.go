@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/usage"
+	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/usage"
 )
 
 // Bodies built to make a scanner quadratic (keys that open objects that

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/usage"
+	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/usage"
 )
 
 // A JSON body: the usage is read when it closes, the body passes as it is.

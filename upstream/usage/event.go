@@ -3,8 +3,9 @@ package usage
 import (
 	"bytes"
 	"encoding/binary"
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/jsonscan"
 	"sync"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/jsonscan"
 )
 
 var (

@@ -7,10 +7,10 @@
 // a close) and fails closed where it matters: a value that does not end is
 // reported as truncated.
 //
-// It is the one in-place scanner of the module: the usage reader walks
-// upstream answers with it, and the request editor (include_usage) finds
-// the members it rewrites with it. Request bodies are read for counting by
-// the token counter's streaming reader, which validates as it goes.
+// It is the one JSON scanner of the module: the usage reader walks
+// upstream answers with it, the request editor (include_usage) finds the
+// members it rewrites with it, and the token counter's reader validates
+// request bodies on its lexing (SkipSpace, AppendEscape) as it walks them.
 package jsonscan
 
 import "bytes"
@@ -304,11 +304,6 @@ func IsNull(v []byte) bool {
 // IsEmptyArray reports whether v is "[]", spaces inside allowed.
 func IsEmptyArray(v []byte) bool {
 	return len(v) >= 2 && v[0] == '[' && SkipSpace(v, 1) == len(v)-1 && v[len(v)-1] == ']'
-}
-
-// StrIs reports whether the JSON value v is the string s (no escapes).
-func StrIs(v []byte, s string) bool {
-	return len(v) == len(s)+2 && v[0] == '"' && v[len(v)-1] == '"' && string(v[1:len(v)-1]) == s
 }
 
 // Unquoted returns the contents of the string value v when it has no

@@ -9,7 +9,7 @@ import (
 	"net/url"
 	"testing"
 
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/usage"
+	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/usage"
 )
 
 const benchChunks = 200

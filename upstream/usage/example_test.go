@@ -6,7 +6,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/usage"
+	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/usage"
 )
 
 // The proxy asked an OpenAI stream for its usage on behalf of a client

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"testing/iotest"
 
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/usage"
+	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/usage"
 )
 
 // FuzzReader reads random bodies in random pieces, every API, stream or

@@ -1,6 +1,6 @@
 package usage
 
-import "github.com/ratelimit-proxy/ratelimit-proxy/tokens/jsonscan"
+import "github.com/ratelimit-proxy/ratelimit-proxy/internal/jsonscan"
 
 // The modes of a non-stream body, decided by its first non-space byte.
 const (

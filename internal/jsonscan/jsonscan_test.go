@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/jsonscan"
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/jsonscan"
 )
 
 func TestObjectMembers(t *testing.T) {
@@ -74,4 +74,21 @@ func FuzzScan(f *testing.F) {
 		jsonscan.LastObject(b, `"usage"`)
 		jsonscan.LastNumber(b, `"total_tokens"`)
 	})
+}
+
+func TestAppendEscape(t *testing.T) {
+	for _, c := range []struct {
+		in, want string
+		n        int
+		ok       bool
+	}{
+		{`\n`, "\n", 2, true}, {`\/x`, "/", 2, true}, {`\u00e9`, "é", 6, true},
+		{`\ud83d\ude00`, "😀", 12, true}, {`\ud83d`, "\uFFFD", 6, true}, {`\ud83d\u0041`, "\uFFFD", 6, true},
+		{`\ude00\ud83d`, "\uFFFD", 6, true}, {`\q`, "q", 2, false}, {`\u12x4`, "\uFFFD", 2, false}, {`\`, "", 1, false},
+	} {
+		out, n, ok := jsonscan.AppendEscape(nil, []byte(c.in))
+		if string(out) != c.want || n != c.n || ok != c.ok {
+			t.Errorf("%s: %q %d %v, want %q %d %v", c.in, out, n, ok, c.want, c.n, c.ok)
+		}
+	}
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/usage"
+	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/usage"
 )
 
 // chatForm is how an OpenAI chat stream is written.

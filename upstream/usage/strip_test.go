@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/usage"
+	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/usage"
 )
 
 var stripChat = usage.Options{API: usage.OpenAIChat, Stream: true, Strip: true, Count: countBytes}

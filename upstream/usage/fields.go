@@ -1,9 +1,10 @@
 package usage
 
 import (
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/jsonscan"
 	"math"
 	"strconv"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/jsonscan"
 )
 
 // Which members of a usage object were present.

@@ -2,8 +2,8 @@ package usage
 
 import (
 	"bytes"
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens/jsonscan"
-	"unicode/utf8"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/jsonscan"
 )
 
 // counter gathers output text and counts it with fn in batches of max
@@ -60,73 +60,13 @@ func (c *counter) str(v []byte) {
 	}
 }
 
-// escape adds the escape at the start of s and returns what follows it.
+// escape adds the escape at the start of s and returns what follows it;
+// one JSON does not know is taken as it stands.
 func (c *counter) escape(s []byte) []byte {
-	if len(s) < 2 {
-		return nil
-	}
-	var ch byte
-	switch s[1] {
-	case 'n':
-		ch = '\n'
-	case 't':
-		ch = '\t'
-	case 'r':
-		ch = '\r'
-	case 'b':
-		ch = '\b'
-	case 'f':
-		ch = '\f'
-	case 'u':
-		r, n := unicodeEscape(s)
-		var buf [utf8.UTFMax]byte
-		c.write(utf8.AppendRune(buf[:0], r))
-		return s[n:]
-	default: // '"', '\\', '/', and anything else as itself
-		ch = s[1]
-	}
-	c.write([]byte{ch})
-	return s[2:]
-}
-
-// unicodeEscape decodes the \u escape (a surrogate pair taking two) at the
-// start of s: the rune and the bytes it took. A bad one is U+FFFD.
-func unicodeEscape(s []byte) (rune, int) {
-	r, ok := hex4(s)
-	if !ok {
-		return utf8.RuneError, 2
-	}
-	if r < 0xD800 || r >= 0xE000 {
-		return r, 6
-	}
-	if r < 0xDC00 && len(s) >= 12 && s[6] == '\\' && s[7] == 'u' {
-		if lo, ok := hex4(s[6:]); ok && lo >= 0xDC00 && lo < 0xE000 {
-			return 0x10000 + (r-0xD800)<<10 + (lo - 0xDC00), 12
-		}
-	}
-	return utf8.RuneError, 6
-}
-
-// hex4 reads the four hex digits after "\u" at the start of s.
-func hex4(s []byte) (rune, bool) {
-	if len(s) < 6 {
-		return 0, false
-	}
-	var r rune
-	for _, c := range s[2:6] {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c -= 'a' - 10
-		case c >= 'A' && c <= 'F':
-			c -= 'A' - 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(c)
-	}
-	return r, true
+	var buf [8]byte
+	out, n, _ := jsonscan.AppendEscape(buf[:0], s)
+	c.write(out)
+	return s[n:]
 }
 
 // arguments adds tool-call arguments: a JSON string's contents, or an
