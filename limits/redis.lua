@@ -15,8 +15,8 @@
 -- the rollback of the charge it marks); then per hit: algorithm ("w":
 -- sliding window, "b": token bucket, "c": calendar), shadow (1/0), limit,
 -- window (µs; a calendar counter: its current period's start, unix s),
--- cost, burst (buckets only; a calendar counter: when its key expires,
--- unix s: the period's end and a margin).
+-- cost, burst (buckets only; a calendar counter: how long its key lives
+-- when written in this period, s: to the period's end and a margin).
 -- KEYS, per hit in order: a sliding window's sorted set of time slots
 -- (member: slot id, score: the slot's latest admission, µs) and its hash
 -- (slot id -> cost counted in it, at least 1; "s": the sum of live
@@ -27,10 +27,12 @@
 -- then or before may have lost its slot); a token bucket's one string
 -- key, "tokens last" (the tokens, fractional, as %.17g, at `last`, in µs;
 -- below 0 after a settled charge, a debt); then, with marks, the counter's
--- calendar counter's one string key, "start count" (the period counted
--- in, unix s, and the cost counted in it: an older period reads as zero;
--- a later one, written by an instance whose clock is ahead, is the one
--- counted in); then, with marks, the counter's
+-- calendar counter's one string key, "start count made" (the period
+-- counted in, unix s, the cost counted in it, and when the counter of
+-- that period was made, µs, so that a settlement recognises a counter
+-- made again after a Reset: an older period reads as zero; a later one,
+-- written by an instance whose clock is ahead, is the one counted in);
+-- then, with marks, the counter's
 -- pending mark (a key that exists while a charge recorded by a part of a
 -- split batch may still be rolled back).
 -- Returns: allowed (1/0: every enforcing hit admits), now (µs), then 6
@@ -42,8 +44,8 @@
 -- 0 when nothing was), then for a window: remaining, retry after, reset
 -- after, next after (µs); for a bucket: its state as read ("tokens last",
 -- or "" for a fresh bucket) and three zeros; for a calendar counter: the
--- count read in the period counted in, then three zeros (what was
--- recorded is that period's start). The store computes a bucket's
+-- count read in the period counted in, when its counter was made (µs, 0
+-- for none), then two zeros (what was recorded is that period's start). The store computes a bucket's
 -- numbers from its state with limits/bucket.go, which holds the same
 -- arithmetic as fill below (and settle.lua's).
 --
@@ -280,10 +282,10 @@ local function evalCalendar(hit)
   hit.sum = 0
   local s = redis.call('GET', hit.c)
   if s then
-    local start, count = string.match(s, '^(%S+) (%S+)$')
+    local start, count, made = string.match(s, '^(%S+) (%S+) (%S+)$')
     start, count = tonumber(start), tonumber(count)
     if start and count and start >= hit.start then
-      hit.sum = count
+      hit.sum, hit.made = count, tonumber(made)
       if start > hit.start then hit.start, hit.later = start, true end
     end
   end
@@ -293,12 +295,12 @@ end
 -- Count the cost of an admitted calendar hit (mode 0); the key lives until
 -- its period's end and a margin (a later period's keeps its own).
 local function takeCalendar(hit)
-  local v = fmt('%d %d', hit.start, hit.sum + hit.cost)
+  if not hit.made then hit.made = now end
+  local v = fmt('%d %d %d', hit.start, hit.sum + hit.cost, hit.made)
   if hit.later then
     redis.call('SET', hit.c, v, 'KEEPTTL')
   else
-    redis.call('SET', hit.c, v)
-    redis.call('EXPIREAT', hit.c, int(hit.expire))
+    redis.call('SET', hit.c, v, 'EX', int(hit.expire))
   end
   hit.rec = hit.start
 end
@@ -357,7 +359,7 @@ for i = 1, n do
   out[#out + 1] = hit.rec
   if hit.cal then
     out[#out + 1] = hit.sum
-    out[#out + 1] = 0
+    out[#out + 1] = hit.made or 0
     out[#out + 1] = 0
     out[#out + 1] = 0
   elseif hit.bucket then

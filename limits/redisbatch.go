@@ -374,10 +374,12 @@ func (s *Redis) run(ctx context.Context, sh *redisShard, hits []Hit, now time.Ti
 			shadow = 1
 		}
 		if h.Rule.Algorithm == Calendar {
-			// The period's start and the key's expiry, unix s: the
-			// script does no calendar arithmetic.
+			// The period's start (unix s) and how long the key lives,
+			// in s, from now to the period's end and a margin (relative:
+			// the script's clock may not be now's): the script does no
+			// calendar arithmetic.
 			p := periodOf(h.Rule, now)
-			args = append(args, "c", shadow, limit, p.start, h.Cost, p.end+int64(calendarMargin/time.Second))
+			args = append(args, "c", shadow, limit, p.start, h.Cost, ceilSeconds(p.left+calendarMargin))
 			continue
 		}
 		args = append(args, algorithmArg(h.Rule.Algorithm), shadow, limit, h.Rule.Window.Microseconds(), h.Cost, burst)
@@ -475,7 +477,7 @@ func decodeReply(res []any, hits []Hit, at time.Time, mode scriptMode, out []Dec
 				calendarTake(&p, count, h.Cost, limit, &d)
 			}
 			if rec != 0 {
-				ticket.at = rec
+				ticket.at, _ = r[3].(int64) // when the counter was made
 			}
 			d.Ticket = ticket
 			d.pending = pending
@@ -539,3 +541,6 @@ func bucketState(p *bucketParams, state string, now int64) (float64, int64) {
 	}
 	return min(tokens, p.burst), int64(last)
 }
+
+// ceilSeconds is d in whole seconds, rounded up.
+func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }

@@ -12,7 +12,7 @@ import (
 type correction struct {
 	h     *Hit
 	rec   int64 // what redis.lua recorded (Ticket.rec)
-	at    int64 // when a window admission was counted, µs; 0: not checked (a rollback)
+	at    int64 // when a window admission was counted (a calendar counter made), µs; 0: not checked (a rollback)
 	delta int64
 }
 
@@ -41,16 +41,12 @@ func (s *Redis) Settle(ctx context.Context, st []Settlement, now time.Time) erro
 		if !x.needsSettling() {
 			continue
 		}
-		at := x.Ticket.at
-		if x.Hit.Rule.Algorithm == Calendar {
+		if x.Hit.Rule.Algorithm == Calendar && x.Ticket.rec != periodOf(x.Hit.Rule, now).start {
 			// Only into the period current now, if the admission was
 			// counted in it (the script checks the counter still is).
-			at = periodOf(x.Hit.Rule, now).start
-			if x.Ticket.rec != at {
-				continue
-			}
+			continue
 		}
-		cs = append(cs, correction{h: &x.Hit, rec: x.Ticket.rec, at: at, delta: x.Actual - x.Hit.Cost})
+		cs = append(cs, correction{h: &x.Hit, rec: x.Ticket.rec, at: x.Ticket.at, delta: x.Actual - x.Hit.Cost})
 	}
 	if len(cs) == 0 {
 		return nil

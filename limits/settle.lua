@@ -8,8 +8,8 @@
 -- token bucket, "c": calendar), what redis.lua recorded (a window's slot:
 -- > 0 a sequence number, < 0 -(bucket+1) a grouped slot; 1 for a bucket;
 -- a calendar counter's period start, unix s), when a window admission was
--- counted (µs; 0 for a rollback: not checked; a calendar counter: the
--- start of the period current at the settlement, unix s), the
+-- counted (µs; 0 for a rollback: not checked; a calendar counter: when
+-- its counter was made, µs, 0 for a rollback), the
 -- correction (< 0: give back that many units, > 0: charge that many at
 -- now), limit, window (µs), burst. KEYS, per correction in order: a
 -- sliding window's sorted set and hash, a token bucket's key or a
@@ -174,14 +174,15 @@ local function chargeBucket(b, units, limit, window, burst)
   redis.call('SET', b, string.format('%.17g %.17g', tokens, last), 'PX', math.ceil(full / 1000) + 1000)
 end
 
-local function settleCalendar(c, start, delta)
+local function settleCalendar(c, start, made, delta)
   local s = redis.call('GET', c)
   if not s then return 0 end
-  local st, count = string.match(s, '^(%S+) (%S+)$')
+  local st, count, m = string.match(s, '^(%S+) (%S+) (%S+)$')
   if tonumber(st) ~= start or tonumber(count) == nil then return 0 end
+  if made ~= 0 and tonumber(m) ~= made then return 0 end -- made again since (a Reset)
   count = tonumber(count) + delta
   if count < 0 then count = 0 end
-  redis.call('SET', c, string.format('%d %d', start, count), 'KEEPTTL')
+  redis.call('SET', c, string.format('%d %d %s', start, count, m), 'KEEPTTL')
   return 1
 end
 
@@ -194,7 +195,7 @@ for i = 1, n do
   if alg == 'c' then
     local c = KEYS[k]
     k = k + 1
-    if delta ~= 0 and (at == 0 or at == rec) then done = done + settleCalendar(c, rec, delta) end
+    if delta ~= 0 then done = done + settleCalendar(c, rec, at, delta) end
   elseif alg == 'b' then
     local b = KEYS[k]
     k = k + 1
