@@ -22,7 +22,9 @@ func TestCheckRoundTrips(t *testing.T) {
 	dir := t.TempDir()
 	rulesOnly := filepath.Join(dir, "rules-only.toml")
 	os.WriteFile(rulesOnly, []byte("upstream_url = \"http://127.0.0.1:1\"\n[[rule]]\nname = \"per-user\"\nkey = [\"caller\"]\nlimit = 5\nwindow = \"10s\"\n"+
-		"when = { ip = [\"10.0.0.0/8\", \"2001:db8::/32\"], \"header:X-Env\" = \"prod*\" }\nunless = { model = [\"gpt-4o-mini\", \"o3*\"] }\n"), 0o600)
+		"when = { ip = [\"10.0.0.0/8\", \"2001:db8::/32\"], \"header:X-Env\" = \"prod*\" }\nunless = { model = [\"gpt-4o-mini\", \"o3*\"] }\n"+
+		"[[rule]]\nname = \"daily\"\nalgorithm = \"calendar\"\nwindow = \"day\"\nlimit = 100\n"+
+		"[[rule]]\nname = \"weekly\"\nalgorithm = \"calendar\"\nwindow = \"week\"\ntimezone = \"America/New_York\"\nlimit = 500\n"), 0o600)
 	groups := filepath.Join(dir, "groups.toml")
 	os.WriteFile(groups, []byte("upstream_url = \"http://127.0.0.1:1\"\nchat_rpm = 7\n[[rule]]\nname = \"r\"\nkey = [\"ip\"]\nlimit = 1\nwindow = \"1s\"\n"+
 		"[[upstream_group]]\nname = \"chat\"\nmax_in_flight = 4\n[[upstream_group]]\nname = \"files\"\npaths = [\"/v1/files\"]\nrate = 5\n"), 0o600)

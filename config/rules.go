@@ -24,16 +24,22 @@ type Rule struct {
 	Unless       []Condition // sorted by part: when all hold, the rule does not apply
 	Key          []string    // key parts (SPEC §7.2), in order
 	OnMissingKey string      // "skip" or "reject"
-	Algorithm    string      // "sliding_window" or "token_bucket"
+	Algorithm    string      // "sliding_window", "token_bucket" or "calendar"
 	Limit        int64
-	Window       time.Duration
-	Burst        int64 // token_bucket: capacity; meaningful when BurstSet
-	BurstSet     bool
-	Cost         string // CostRequests, CostInputTokens or CostTotalTokens
-	Action       string // "reject", "delay" or "shadow"
-	MaxDelay     time.Duration
-	Tiers        []Tier     // sorted by plan
-	Overrides    []Override // sorted by key
+	Window       time.Duration // not used by calendar
+	// Period is a calendar rule's window: "day", "week" (ISO, from
+	// Monday) or "month"; Timezone the IANA zone whose midnight starts a
+	// period ("UTC" by default) and Location that zone loaded.
+	Period    string
+	Timezone  string
+	Location  *time.Location
+	Burst     int64 // token_bucket: capacity; meaningful when BurstSet
+	BurstSet  bool
+	Cost      string // CostRequests, CostInputTokens or CostTotalTokens
+	Action    string // "reject", "delay" or "shadow"
+	MaxDelay  time.Duration
+	Tiers     []Tier     // sorted by plan
+	Overrides []Override // sorted by key
 }
 
 // Condition is one entry of a rule's `when` or `unless`: a key part and
@@ -62,15 +68,21 @@ type Override struct {
 const (
 	AlgSlidingWindow = "sliding_window"
 	AlgTokenBucket   = "token_bucket"
-	ActionReject     = "reject"
-	ActionDelay      = "delay"
-	ActionShadow     = "shadow"
-	MissingSkip      = "skip"
-	MissingReject    = "reject"
-	CostRequests     = "requests"
-	CostInputTokens  = "input_tokens" // the input estimate, charged at admission (SPEC §8)
-	CostTotalTokens  = "total_tokens" // estimate plus requested output, settled to the reported usage
-	CostUSD          = "usd"          // dollars at the [price] tables' prices, reserved and settled (SPEC §8.1)
+	AlgCalendar      = "calendar"
+
+	// A calendar rule's periods.
+	PeriodDay       = "day"
+	PeriodWeek      = "week"
+	PeriodMonth     = "month"
+	ActionReject    = "reject"
+	ActionDelay     = "delay"
+	ActionShadow    = "shadow"
+	MissingSkip     = "skip"
+	MissingReject   = "reject"
+	CostRequests    = "requests"
+	CostInputTokens = "input_tokens" // the input estimate, charged at admission (SPEC §8)
+	CostTotalTokens = "total_tokens" // estimate plus requested output, settled to the reported usage
+	CostUSD         = "usd"          // dollars at the [price] tables' prices, reserved and settled (SPEC §8.1)
 )
 
 // BuiltinRule is the name of the rule CHAT_RPM makes.
@@ -80,7 +92,7 @@ var ruleName = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
 
 // ruleFields are the keys a [[rule]] table may have.
 var ruleFields = []string{"name", "paths", "methods", "when", "unless", "key", "on_missing_key", "algorithm", "limit", "window",
-	"burst", "cost", "action", "max_delay", "tiers", "overrides"}
+	"timezone", "burst", "cost", "action", "max_delay", "tiers", "overrides"}
 
 // decodeRules reads the file's [[rule]] tables. Each problem is one error
 // naming the rule and the field: rule "sifen-per-ruc": window "10": missing unit.
@@ -175,7 +187,32 @@ func decodeRule(i int, t map[string]any) (Rule, []error) {
 	strField("algorithm", &r.Algorithm)
 	strField("cost", &r.Cost)
 	strField("action", &r.Action)
-	durField("window", &r.Window)
+	if r.Algorithm == AlgCalendar {
+		r.Window = 0
+		if v, ok := t["window"]; ok {
+			p, isStr := v.(string)
+			if !isStr || (p != PeriodDay && p != PeriodWeek && p != PeriodMonth) {
+				bad("window", v, `a calendar rule's window is "day", "week" or "month"`)
+			} else {
+				r.Period = p
+			}
+		} else {
+			bad("window", nil, `required with algorithm = "calendar": "day", "week" or "month"`)
+		}
+		r.Timezone = "UTC"
+		strField("timezone", &r.Timezone)
+		loc, err := time.LoadLocation(r.Timezone)
+		if err != nil || r.Timezone == "" || r.Timezone == "Local" {
+			bad("timezone", r.Timezone, "not an IANA time zone (such as \"Europe/Rome\")")
+			loc = time.UTC
+		}
+		r.Location = loc
+	} else {
+		durField("window", &r.Window)
+		if v, ok := t["timezone"]; ok {
+			bad("timezone", v, `only with algorithm = "calendar"`)
+		}
+	}
 	durField("max_delay", &r.MaxDelay)
 	// A usd rule's amounts are dollars, kept as integers of 10⁻⁶ USD.
 	amount := wholeNumber
@@ -479,7 +516,14 @@ func (c *Config) writeRules(w io.Writer) error {
 			}
 			return strconv.FormatInt(n, 10)
 		}
-		fmt.Fprintf(&b, "on_missing_key = %q\nalgorithm = %q\nlimit = %s\nwindow = %q\n", r.OnMissingKey, r.Algorithm, show(r.Limit), durationText(r.Window))
+		window := durationText(r.Window)
+		if r.Algorithm == AlgCalendar {
+			window = r.Period
+		}
+		fmt.Fprintf(&b, "on_missing_key = %q\nalgorithm = %q\nlimit = %s\nwindow = %q\n", r.OnMissingKey, r.Algorithm, show(r.Limit), window)
+		if r.Algorithm == AlgCalendar {
+			fmt.Fprintf(&b, "timezone = %q\n", r.Timezone)
+		}
 		if r.Algorithm == AlgTokenBucket {
 			burst := r.Limit
 			if r.BurstSet {

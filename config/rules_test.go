@@ -153,3 +153,36 @@ func TestCheckLineAsTheSpecWritesIt(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// A calendar rule's window is a period and its timezone an IANA zone;
+// neither is accepted where it does not apply.
+func TestCalendarRuleFields(t *testing.T) {
+	load := func(rule string) (config.Config, error) {
+		c, err := config.Load(writeFile(t, "upstream_url = \"http://127.0.0.1:1\"\n[[rule]]\nname = \"r\"\nlimit = 5\n"+rule), env(nil))
+		if err == nil {
+			err = c.Validate()
+		}
+		return c, err
+	}
+	c, err := load("algorithm = \"calendar\"\nwindow = \"week\"\ntimezone = \"Europe/Rome\"\n")
+	if err != nil || c.Rules[0].Period != "week" || c.Rules[0].Location == nil || c.Rules[0].Location.String() != "Europe/Rome" {
+		t.Fatalf("%v %+v", err, c.Rules)
+	}
+	c, err = load("algorithm = \"calendar\"\nwindow = \"month\"\n")
+	if err != nil || c.Rules[0].Timezone != "UTC" || c.Rules[0].Location != time.UTC {
+		t.Fatalf("default zone: %v %+v", err, c.Rules)
+	}
+	for rule, want := range map[string]string{
+		"algorithm = \"calendar\"\nwindow = \"24h\"\n":                           `window "24h": a calendar rule's window is "day", "week" or "month"`,
+		"algorithm = \"calendar\"\n":                                             `window: required with algorithm = "calendar"`,
+		"algorithm = \"calendar\"\nwindow = \"day\"\ntimezone = \"Mars/Base\"\n": `timezone "Mars/Base": not an IANA time zone`,
+		"algorithm = \"calendar\"\nwindow = \"day\"\ntimezone = \"Local\"\n":     `timezone "Local": not an IANA time zone`,
+		"window = \"month\"\n":                                                   `window "month"`,
+		"window = \"1m\"\ntimezone = \"UTC\"\n":                                  `timezone "UTC": only with algorithm = "calendar"`,
+		"algorithm = \"calendar\"\nwindow = \"day\"\nburst = 3\n":                `burst 3: only with algorithm = "token_bucket"`,
+	} {
+		if _, err := load(rule); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", rule, err, want)
+		}
+	}
+}

@@ -103,8 +103,12 @@ func (c *Config) validateRules() []error {
 				bad("burst", amount(r.Burst), `only with algorithm = "token_bucket"`)
 			}
 		case AlgTokenBucket:
+		case AlgCalendar:
+			if r.BurstSet {
+				bad("burst", amount(r.Burst), `only with algorithm = "token_bucket"`)
+			}
 		default:
-			bad("algorithm", r.Algorithm, `must be "sliding_window" or "token_bucket"`)
+			bad("algorithm", r.Algorithm, `must be "sliding_window", "token_bucket" or "calendar"`)
 		}
 		if r.Limit < 0 {
 			bad("limit", amount(r.Limit), "must not be negative")
@@ -112,7 +116,7 @@ func (c *Config) validateRules() []error {
 		if r.BurstSet && r.Burst < 0 {
 			bad("burst", amount(r.Burst), "must not be negative")
 		}
-		if r.Window < time.Second {
+		if r.Window < time.Second && r.Algorithm != AlgCalendar {
 			bad("window", durationText(r.Window), "must be at least 1s")
 		}
 		switch r.Cost {

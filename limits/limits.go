@@ -5,7 +5,9 @@
 // with one Decision per hit.
 //
 // A rule counts with a sliding window (at most Limit units in any rolling
-// Window) or a token bucket (Burst tokens that refill at Limit per Window).
+// Window), a token bucket (Burst tokens that refill at Limit per Window) or
+// a calendar quota (at most Limit units per day, ISO week or month, from
+// midnight in the rule's time zone).
 // The batch is admitted when every enforcing hit admits; a shadow hit never
 // vetoes it and is recorded only when it fits. A refused batch records
 // nothing. Stores also Peek (the same evaluation, recording nothing) and
@@ -37,14 +39,22 @@ const (
 	// continuously at Limit per Window and never above Burst; a hit is
 	// admitted when the bucket holds its cost, which it then takes.
 	TokenBucket Algorithm = "token_bucket"
+	// Calendar admits at most Limit cost units in each calendar Period
+	// (a day, an ISO week, a month) that starts at midnight in Location;
+	// the count starts again from zero at every boundary.
+	Calendar Algorithm = "calendar"
 )
 
 // Rule is the counting policy of one named limit.
 type Rule struct {
 	Name      string        // unique; names the counters of every key of this rule
-	Algorithm Algorithm     // SlidingWindow or TokenBucket
-	Limit     int64         // cost units admitted (TokenBucket: refilled) per Window; 0 refuses everything
-	Window    time.Duration // > 0
+	Algorithm Algorithm     // SlidingWindow, TokenBucket or Calendar
+	Limit     int64         // cost units admitted (TokenBucket: refilled) per Window (Calendar: Period); 0 refuses everything
+	Window    time.Duration // > 0; a Calendar rule ignores it
+	// Period and Location are a Calendar rule's: the period counted and
+	// the zone whose midnight starts it (UTC when nil).
+	Period   Period
+	Location *time.Location
 	// Burst is a TokenBucket's capacity (>= 0), set by the caller; a
 	// SlidingWindow ignores it.
 	Burst int64
@@ -62,13 +72,15 @@ func (r *Rule) Validate() error {
 	switch {
 	case r.Name == "":
 		return errors.New("rule has no name")
-	case r.Algorithm != SlidingWindow && r.Algorithm != TokenBucket:
+	case r.Algorithm != SlidingWindow && r.Algorithm != TokenBucket && r.Algorithm != Calendar:
 		return errors.New("rule " + r.Name + ": unknown algorithm " + string(r.Algorithm))
+	case r.Algorithm == Calendar && (r.Period < Day || r.Period > Month):
+		return errors.New("rule " + r.Name + ": a calendar rule's period is a day, a week or a month")
 	case r.Limit < 0:
 		return errors.New("rule " + r.Name + ": negative limit")
 	case r.Burst < 0:
 		return errors.New("rule " + r.Name + ": negative burst")
-	case r.Window < time.Microsecond:
+	case r.Window < time.Microsecond && r.Algorithm != Calendar:
 		return errors.New("rule " + r.Name + ": window must be at least 1µs")
 	}
 	return nil
@@ -250,6 +262,10 @@ type Decision struct {
 	// leaves the window, or the bucket gains a whole token; zero when
 	// nothing is counted (a full bucket).
 	NextAfter time.Duration
+	// Period is, for a Calendar rule, the length of the period the
+	// decision was made in (a day of 23, 24 or 25 hours, a week, a
+	// month); zero for the other algorithms.
+	Period time.Duration
 	// Ticket is what Decide recorded for this hit, for Settle (zero when
 	// nothing was).
 	Ticket Ticket
@@ -266,9 +282,12 @@ type Decision struct {
 type Ticket struct {
 	// at is when a window admission was counted (Memory: unix ns, Redis:
 	// unix µs); a settlement gives nothing back once it has left the window.
+	// For a calendar admission, the start of its period (unix s): a
+	// settlement lands only in that period, never in a later one.
 	at int64
 	// rec is what redis.lua recorded: a window's slot (> 0 a sequence
-	// number, < 0 -(bucket+1) for a grouped slot), 1 for a bucket.
+	// number, < 0 -(bucket+1) for a grouped slot), 1 for a bucket, the
+	// period's start (unix s) for a calendar counter.
 	rec int64
 	// gen is the generation of Memory's counter: a counter reset or
 	// restarted since is another one.
@@ -322,10 +341,19 @@ type Store interface {
 
 // checkHit reports a hit no store can evaluate.
 func checkHit(h *Hit) error {
-	if h.Rule == nil || h.Cost < 0 || h.Rule.Window < time.Microsecond {
+	if h.Rule == nil || h.Cost < 0 {
 		return ErrBatch
 	}
-	if a := h.Rule.Algorithm; a != SlidingWindow && a != TokenBucket {
+	switch h.Rule.Algorithm {
+	case SlidingWindow, TokenBucket:
+		if h.Rule.Window < time.Microsecond {
+			return ErrBatch
+		}
+	case Calendar:
+		if h.Rule.Period < Day || h.Rule.Period > Month {
+			return ErrBatch
+		}
+	default:
 		return ErrBatch
 	}
 	if limit, burst := h.Limits(); limit < 0 || burst < 0 {

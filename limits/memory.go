@@ -57,8 +57,34 @@ type entry struct {
 	// gen is the counter's generation in its shard, named by the Tickets
 	// of its hits: a counter reset, restarted or dropped since is another
 	// one (see Settle).
-	gen      uint32
-	isBucket bool
+	gen        uint32
+	isBucket   bool
+	isCalendar bool
+}
+
+// A calendar counter keeps its period's start (unix s) in its window's
+// first slot's time, its count in the window's used count and the
+// period's end (unix s) in gone; its window holds no slots.
+
+// calendar returns the counter's period start, end and count.
+func (e *entry) calendar() (start, end, count int64) { return e.w.one.at, e.w.gone, e.w.used }
+
+// setCalendar stores a calendar counter's period and count.
+func (e *entry) setCalendar(start, end, count int64) {
+	e.w.one.at, e.w.gone, e.w.used = start, end, count
+}
+
+// calendarCount is what e (nil: a fresh counter) holds of the period p:
+// nothing unless it was counted in p (or in a later one, for a clock read
+// behind it).
+func calendarCount(e *entry, p *calendarPeriod) int64 {
+	if e == nil {
+		return 0
+	}
+	if start, _, count := e.calendar(); start >= p.start {
+		return count
+	}
+	return 0
 }
 
 // bucket is the state of a token-bucket counter, kept in its window's
@@ -78,6 +104,10 @@ func (e *entry) setBucket(b bucket) {
 func (e *entry) idle(now int64) bool {
 	if e.isBucket {
 		return e.bucket().full <= now/1000
+	}
+	if e.isCalendar {
+		_, end, count := e.calendar()
+		return count <= 0 || end <= now/int64(time.Second)
 	}
 	return e.w.idle(now)
 }
@@ -198,6 +228,11 @@ func (m *Memory) evaluate(hits []Hit, now time.Time, out []Decision, record bool
 // recording nothing; for a token bucket it returns the level at now.
 func evaluateHit(e *entry, h *Hit, now int64, d *Decision, record bool) float64 {
 	limit, burst := h.Limits()
+	if h.Rule.Algorithm == Calendar {
+		p := periodOf(h.Rule, time.Unix(0, now))
+		*d = calendarDecide(&p, calendarCount(e, &p), h.Cost, limit)
+		return 0
+	}
 	if h.Rule.Algorithm == TokenBucket {
 		p := newBucketParams(h.Rule.Window, limit, burst)
 		us := now / 1000
@@ -231,6 +266,20 @@ func evaluateHit(e *entry, h *Hit, now int64, d *Decision, record bool) float64 
 // recording would leave (without).
 func takeHit(e *entry, h *Hit, now int64, level float64, d *Decision, record bool) {
 	limit, burst := h.Limits()
+	if h.Rule.Algorithm == Calendar {
+		p := periodOf(h.Rule, time.Unix(0, now))
+		count := calendarCount(e, &p)
+		calendarTake(&p, count, h.Cost, limit, d)
+		if record {
+			start, end := p.start, p.end
+			if s, en, _ := e.calendar(); s > start {
+				start, end = s, en // a clock read behind: the later period stays
+			}
+			e.setCalendar(start, end, count+h.Cost)
+			d.Ticket = Ticket{at: start, gen: e.gen, set: true}
+		}
+		return
+	}
 	if h.Rule.Algorithm == TokenBucket {
 		p := newBucketParams(h.Rule.Window, limit, burst)
 		us := now / 1000
@@ -284,9 +333,9 @@ func unlockAll(shards *[shardCount]shard, set uint64) {
 // making room for it. The shard is locked.
 func (m *Memory) entry(s *shard, h *Hit, now int64, create bool) *entry {
 	k := stateKey{rule: h.Rule.Name, key: h.Key.s}
-	span, isBucket := int64(h.Rule.Window), h.Rule.Algorithm == TokenBucket
+	span, isBucket, isCalendar := h.Rule.span(), h.Rule.Algorithm == TokenBucket, h.Rule.Algorithm == Calendar
 	e, ok := s.m[k]
-	if ok && e.w.span == span && e.isBucket == isBucket {
+	if ok && e.w.span == span && e.isBucket == isBucket && e.isCalendar == isCalendar {
 		if create {
 			e.touched = unixSeconds(now)
 		}
@@ -297,14 +346,14 @@ func (m *Memory) entry(s *shard, h *Hit, now int64, create bool) *entry {
 	}
 	if ok {
 		// The rule changed (reload): restart its counting.
-		*e = entry{w: window{span: span}, isBucket: isBucket, touched: unixSeconds(now), gen: s.nextGen()}
+		*e = entry{w: window{span: span}, isBucket: isBucket, isCalendar: isCalendar, touched: unixSeconds(now), gen: s.nextGen()}
 		s.resetGen = e.gen
 		return e
 	}
 	if len(s.m) >= m.perShardCap {
 		m.makeRoom(s, now)
 	}
-	e = &entry{w: window{span: span}, isBucket: isBucket, touched: unixSeconds(now), gen: s.nextGen()}
+	e = &entry{w: window{span: span}, isBucket: isBucket, isCalendar: isCalendar, touched: unixSeconds(now), gen: s.nextGen()}
 	s.m[k] = e
 	m.keys.Add(1)
 	return e

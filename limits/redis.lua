@@ -1,5 +1,6 @@
--- Decide a batch of hits atomically (ratelimit-proxy): sliding windows and
--- token buckets, on Redis's clock.
+-- Decide a batch of hits atomically (ratelimit-proxy): sliding windows,
+-- token buckets and calendar counters, on Redis's clock (a calendar
+-- counter's period comes from the caller).
 --
 -- ARGV: [1] number of hits, [2] now in µs (0: Redis's TIME), [3] mode:
 --   0 decide: when every enforcing (non-shadow) hit admits, record the
@@ -12,8 +13,10 @@
 -- each hit recorded sets its pending mark: this part of a split batch may
 -- still be rolled back; [6] how long a pending mark lasts, ms (it outlasts
 -- the rollback of the charge it marks); then per hit: algorithm ("w":
--- sliding window, "b": token bucket), shadow (1/0), limit, window (µs),
--- cost, burst (buckets only).
+-- sliding window, "b": token bucket, "c": calendar), shadow (1/0), limit,
+-- window (µs; a calendar counter: its current period's start, unix s),
+-- cost, burst (buckets only; a calendar counter: how long its key lives
+-- when written in this period, s: to the period's end and a margin).
 -- KEYS, per hit in order: a sliding window's sorted set of time slots
 -- (member: slot id, score: the slot's latest admission, µs) and its hash
 -- (slot id -> cost counted in it, at least 1; "s": the sum of live
@@ -24,6 +27,12 @@
 -- then or before may have lost its slot); a token bucket's one string
 -- key, "tokens last" (the tokens, fractional, as %.17g, at `last`, in µs;
 -- below 0 after a settled charge, a debt); then, with marks, the counter's
+-- calendar counter's one string key, "start count made" (the period
+-- counted in, unix s, the cost counted in it, and when the counter of
+-- that period was made, µs, so that a settlement recognises a counter
+-- made again after a Reset: an older period reads as zero; a later one,
+-- written by an instance whose clock is ahead, is the one counted in);
+-- then, with marks, the counter's
 -- pending mark (a key that exists while a charge recorded by a part of a
 -- split batch may still be rolled back).
 -- Returns: allowed (1/0: every enforcing hit admits), now (µs), then 6
@@ -34,7 +43,9 @@
 -- sequence number > 0, or -(bucket+1) for a grouped slot; for a bucket 1;
 -- 0 when nothing was), then for a window: remaining, retry after, reset
 -- after, next after (µs); for a bucket: its state as read ("tokens last",
--- or "" for a fresh bucket) and three zeros. The store computes a bucket's
+-- or "" for a fresh bucket) and three zeros; for a calendar counter: the
+-- count read in the period counted in, when its counter was made (µs, 0
+-- for none), then two zeros (what was recorded is that period's start). The store computes a bucket's
 -- numbers from its state with limits/bucket.go, which holds the same
 -- arithmetic as fill below (and settle.lua's).
 --
@@ -266,6 +277,34 @@ local function takeBucket(hit)
   hit.rec = 1
 end
 
+-- A calendar counter: the cost counted since its period began.
+local function evalCalendar(hit)
+  hit.sum = 0
+  local s = redis.call('GET', hit.c)
+  if s then
+    local start, count, made = string.match(s, '^(%S+) (%S+) (%S+)$')
+    start, count = tonumber(start), tonumber(count)
+    if start and count and start >= hit.start then
+      hit.sum, hit.made = count, tonumber(made)
+      if start > hit.start then hit.start, hit.later = start, true end
+    end
+  end
+  hit.allowed = hit.cost == 0 or hit.sum + hit.cost <= hit.limit
+end
+
+-- Count the cost of an admitted calendar hit (mode 0); the key lives until
+-- its period's end and a margin (a later period's keeps its own).
+local function takeCalendar(hit)
+  if not hit.made then hit.made = now end
+  local v = fmt('%d %d %d', hit.start, hit.sum + hit.cost, hit.made)
+  if hit.later then
+    redis.call('SET', hit.c, v, 'KEEPTTL')
+  else
+    redis.call('SET', hit.c, v, 'EX', int(hit.expire))
+  end
+  hit.rec = hit.start
+end
+
 local ok = true
 local hits = {}
 local k = 1
@@ -274,7 +313,11 @@ for i = 1, n do
   local hit = {bucket = ARGV[a + 1] == 'b', shadow = ARGV[a + 2] == '1', limit = tonumber(ARGV[a + 3]),
                window = tonumber(ARGV[a + 4]), cost = tonumber(ARGV[a + 5]), burst = tonumber(ARGV[a + 6]),
                allowed = false, retry = 0, reset = 0, nxt = 0, rec = 0}
-  if hit.bucket then
+  if ARGV[a + 1] == 'c' then
+    hit.cal, hit.c, hit.start, hit.expire = true, KEYS[k], hit.window, hit.burst
+    k = k + 1
+    evalCalendar(hit)
+  elseif hit.bucket then
     hit.b = KEYS[k]
     k = k + 1
     evalBucket(hit)
@@ -295,7 +338,9 @@ local out = {ok and 1 or 0, now}
 for i = 1, n do
   local hit = hits[i]
   local take = ok and mode ~= 2 and hit.allowed and hit.cost > 0
-  if hit.bucket then
+  if hit.cal then
+    if take and mode == 0 then takeCalendar(hit) end
+  elseif hit.bucket then
     if take and mode == 0 then takeBucket(hit) end
   elseif take then
     takeWindow(hit)
@@ -312,7 +357,12 @@ for i = 1, n do
   end
   out[#out + 1] = verdict
   out[#out + 1] = hit.rec
-  if hit.bucket then
+  if hit.cal then
+    out[#out + 1] = hit.sum
+    out[#out + 1] = hit.made or 0
+    out[#out + 1] = 0
+    out[#out + 1] = 0
+  elseif hit.bucket then
     out[#out + 1] = hit.state
     out[#out + 1] = 0
     out[#out + 1] = 0

@@ -37,8 +37,8 @@ func (s *Redis) keyBase(rule string, key Key) string {
 func (s *Redis) counterKeys(hits []Hit, marks bool) []string {
 	per := func(h *Hit) (n int, size int) {
 		n = 2
-		if h.Rule.Algorithm == TokenBucket {
-			n = 1
+		if h.Rule.Algorithm != SlidingWindow {
+			n = 1 // a bucket's or a calendar counter's one key
 		}
 		if marks {
 			n++
@@ -79,11 +79,14 @@ func (s *Redis) counterKeys(hits []Hit, marks bool) []string {
 }
 
 // counterSuffix is the last letter of the k-th key of a counter (see
-// counterKeys): z and h for a window, b for a bucket, then p, its pending
-// mark.
+// counterKeys): z and h for a window, b for a bucket, c for a calendar
+// counter, then p, its pending mark.
 func counterSuffix(a Algorithm, k int) byte {
-	if a == TokenBucket {
+	switch a {
+	case TokenBucket:
 		return "bp"[k]
+	case Calendar:
+		return "cp"[k]
 	}
 	return "zhp"[k]
 }
@@ -99,8 +102,8 @@ func (s *Redis) Peek(ctx context.Context, hits []Hit, now time.Time, out []Decis
 	return s.evaluate(ctx, hits, now, out, modePeek)
 }
 
-// Reset implements Store: it deletes the key's counters of both
-// algorithms (one slot, so one DEL on a cluster too).
+// Reset implements Store: it deletes the key's counters of every
+// algorithm (one slot, so one DEL on a cluster too).
 func (s *Redis) Reset(ctx context.Context, rule *Rule, key Key) error {
 	if rule == nil {
 		return ErrBatch
@@ -108,7 +111,7 @@ func (s *Redis) Reset(ctx context.Context, rule *Rule, key Key) error {
 	base := s.keyBase(rule.Name, key)
 	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	defer cancel()
-	if err := s.o.Client.Del(ctx, base+":z", base+":h", base+":b", base+":p").Err(); err != nil {
+	if err := s.o.Client.Del(ctx, base+":z", base+":h", base+":b", base+":c", base+":p").Err(); err != nil {
 		return fmt.Errorf("redis reset: %w", err)
 	}
 	return nil
@@ -301,11 +304,18 @@ func notRun(err error) bool {
 
 // algorithmArg is an algorithm as the scripts name it.
 func algorithmArg(a Algorithm) string {
-	if a == TokenBucket {
+	switch a {
+	case TokenBucket:
 		return "b"
+	case Calendar:
+		return "c"
 	}
 	return "w"
 }
+
+// calendarMargin is how long a calendar counter's key outlives its
+// period: instances whose clocks are a little behind still read it.
+const calendarMargin = time.Hour
 
 // shardOf returns the shard that serves h's counters: in a cluster, the
 // master of its slot by the client's current slot map.
@@ -363,6 +373,15 @@ func (s *Redis) run(ctx context.Context, sh *redisShard, hits []Hit, now time.Ti
 		if h.Rule.Shadow {
 			shadow = 1
 		}
+		if h.Rule.Algorithm == Calendar {
+			// The period's start (unix s) and how long the key lives,
+			// in s, from now to the period's end and a margin (relative:
+			// the script's clock may not be now's): the script does no
+			// calendar arithmetic.
+			p := periodOf(h.Rule, now)
+			args = append(args, "c", shadow, limit, p.start, h.Cost, ceilSeconds(p.left+calendarMargin))
+			continue
+		}
 		args = append(args, algorithmArg(h.Rule.Algorithm), shadow, limit, h.Rule.Window.Microseconds(), h.Cost, burst)
 	}
 	reply, err := s.exec(ctx, sh, s.script, keys, args, s.o.Timeout)
@@ -373,7 +392,7 @@ func (s *Redis) run(ctx context.Context, sh *redisShard, hits []Hit, now time.Ti
 	if !ok {
 		return false, fmt.Errorf("redis decision: unexpected reply %T", reply)
 	}
-	if err := decodeReply(res, hits, mode, out, recs); err != nil {
+	if err := decodeReply(res, hits, now, mode, out, recs); err != nil {
 		return false, fmt.Errorf("redis decision: %w", err)
 	}
 	return res[0] == int64(1), nil
@@ -422,7 +441,7 @@ func (s *Redis) exec(ctx context.Context, sh *redisShard, script *redis.Script, 
 // decodeReply fills out (and recs) from redis.lua's reply for hits
 // decided in mode. A token bucket's numbers are computed here from the
 // state the script read, with the arithmetic Memory uses.
-func decodeReply(res []any, hits []Hit, mode scriptMode, out []Decision, recs []int64) error {
+func decodeReply(res []any, hits []Hit, at time.Time, mode scriptMode, out []Decision, recs []int64) error {
 	const per = 6
 	if len(res) != 2+per*len(hits) {
 		return fmt.Errorf("%d values returned for %d hits", len(res), len(hits))
@@ -442,6 +461,28 @@ func decodeReply(res []any, hits []Hit, mode scriptMode, out []Decision, recs []
 		var ticket Ticket
 		if rec != 0 {
 			ticket = Ticket{rec: rec, set: true}
+		}
+		if h.Rule.Algorithm == Calendar {
+			// The count the script read in the period it counted in (a
+			// later one than at's, for a clock behind another
+			// instance's), and that period's start.
+			count, _ := r[2].(int64)
+			p := periodOf(h.Rule, at)
+			d := calendarDecide(&p, count, h.Cost, limit)
+			d.Allowed = allowed == 1
+			if !d.Allowed && d.RetryAfter == 0 {
+				d.RetryAfter = p.left
+			}
+			if batch == 1 && mode != modeRefused && d.Allowed && h.Cost > 0 {
+				calendarTake(&p, count, h.Cost, limit, &d)
+			}
+			if rec != 0 {
+				ticket.at, _ = r[3].(int64) // when the counter was made
+			}
+			d.Ticket = ticket
+			d.pending = pending
+			out[i] = d
+			continue
 		}
 		if h.Rule.Algorithm == TokenBucket {
 			state, _ := r[2].(string)
@@ -500,3 +541,6 @@ func bucketState(p *bucketParams, state string, now int64) (float64, int64) {
 	}
 	return min(tokens, p.burst), int64(last)
 }
+
+// ceilSeconds is d in whole seconds, rounded up.
+func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }

@@ -12,7 +12,7 @@ import (
 type correction struct {
 	h     *Hit
 	rec   int64 // what redis.lua recorded (Ticket.rec)
-	at    int64 // when a window admission was counted, µs; 0: not checked (a rollback)
+	at    int64 // when a window admission was counted (a calendar counter made), µs; 0: not checked (a rollback)
 	delta int64
 }
 
@@ -28,7 +28,9 @@ type correction struct {
 // charge is counted at now in the key's counter as it is, made again if
 // it expired or was reset while the response ran: a store shared by
 // instances cannot tell the two apart, and a charge can only refuse more,
-// by what the reservation did not cover.
+// by what the reservation did not cover. A calendar counter is corrected
+// only while the period its admission was counted in is still the
+// current one and the counter still counts it (not after a Reset).
 func (s *Redis) Settle(ctx context.Context, st []Settlement, now time.Time) error {
 	if err := checkSettlements(st); err != nil {
 		return err
@@ -36,9 +38,15 @@ func (s *Redis) Settle(ctx context.Context, st []Settlement, now time.Time) erro
 	cs := make([]correction, 0, len(st))
 	for i := range st {
 		x := &st[i]
-		if x.needsSettling() {
-			cs = append(cs, correction{h: &x.Hit, rec: x.Ticket.rec, at: x.Ticket.at, delta: x.Actual - x.Hit.Cost})
+		if !x.needsSettling() {
+			continue
 		}
+		if x.Hit.Rule.Algorithm == Calendar && x.Ticket.rec != periodOf(x.Hit.Rule, now).start {
+			// Only into the period current now, if the admission was
+			// counted in it (the script checks the counter still is).
+			continue
+		}
+		cs = append(cs, correction{h: &x.Hit, rec: x.Ticket.rec, at: x.Ticket.at, delta: x.Actual - x.Hit.Cost})
 	}
 	if len(cs) == 0 {
 		return nil

@@ -11,7 +11,9 @@ import (
 //
 // A refund goes to the counter the hit was recorded in: a window's units
 // out of the admission's slot while the admission is in the window, a
-// bucket's tokens back at its stored time. A counter reset, restarted (its
+// bucket's tokens back at its stored time. A calendar counter's
+// correction, refund or extra, is made only while the period the
+// admission was counted in is still the current one, and dropped after. A counter reset, restarted (its
 // rule's algorithm or window changed) or dropped since (idle, evicted)
 // holds nothing of the hit: its refund is skipped. An extra charge is
 // counted at now in the key's counter, made again if it was dropped while
@@ -48,12 +50,28 @@ func (m *Memory) Settle(_ context.Context, s []Settlement, now time.Time) error 
 // settle applies x at now (ns). The shard is locked.
 func (m *Memory) settle(s *shard, x *Settlement, now int64) {
 	h, t := &x.Hit, &x.Ticket
-	span, isBucket := int64(h.Rule.Window), h.Rule.Algorithm == TokenBucket
+	span, isBucket, isCalendar := h.Rule.span(), h.Rule.Algorithm == TokenBucket, h.Rule.Algorithm == Calendar
 	e, ok := s.m[stateKey{rule: h.Rule.Name, key: h.Key.s}]
-	if ok && (e.w.span != span || e.isBucket != isBucket) {
+	if ok && (e.w.span != span || e.isBucket != isBucket || e.isCalendar != isCalendar) {
 		return // the rule changed since: its counter is another one
 	}
 	delta := x.Actual - h.Cost
+	if isCalendar {
+		// Only into the period the admission was counted in, while it is
+		// the current one and its counter the one that counted it: never
+		// into the next period.
+		p := periodOf(h.Rule, time.Unix(0, now))
+		if !ok || e.gen != t.gen || t.at != p.start {
+			return
+		}
+		start, end, count := e.calendar()
+		if start != t.at {
+			return
+		}
+		e.setCalendar(start, end, max(count+delta, 0))
+		e.touched = unixSeconds(now)
+		return
+	}
 	switch {
 	case ok && e.gen == t.gen:
 		e.touched = unixSeconds(now)

@@ -5,13 +5,19 @@
 --
 -- ARGV: [1] number of corrections, [2] now in µs (0: Redis's TIME), [3]
 -- maxSlots; then per correction: algorithm ("w": sliding window, "b":
--- token bucket), what redis.lua recorded (a window's slot: > 0 a sequence
--- number, < 0 -(bucket+1) a grouped slot; 1 for a bucket), when a window
--- admission was counted (µs; 0 for a rollback: not checked), the
+-- token bucket, "c": calendar), what redis.lua recorded (a window's slot:
+-- > 0 a sequence number, < 0 -(bucket+1) a grouped slot; 1 for a bucket;
+-- a calendar counter's period start, unix s), when a window admission was
+-- counted (µs; 0 for a rollback: not checked; a calendar counter: when
+-- its counter was made, µs, 0 for a rollback), the
 -- correction (< 0: give back that many units, > 0: charge that many at
 -- now), limit, window (µs), burst. KEYS, per correction in order: a
--- sliding window's sorted set and hash, or a token bucket's key. Returns
--- the number of corrections made.
+-- sliding window's sorted set and hash, a token bucket's key or a
+-- calendar counter's key. Returns the number of corrections made.
+--
+-- A calendar counter is corrected, either way, only while it still counts
+-- the period the admission was counted in and that period is the current
+-- one: a settlement never lands in the next period.
 --
 -- A refund is taken from the slot the admission was counted in, never
 -- more than it holds, while the admission is in the window and its
@@ -168,13 +174,29 @@ local function chargeBucket(b, units, limit, window, burst)
   redis.call('SET', b, string.format('%.17g %.17g', tokens, last), 'PX', math.ceil(full / 1000) + 1000)
 end
 
+local function settleCalendar(c, start, made, delta)
+  local s = redis.call('GET', c)
+  if not s then return 0 end
+  local st, count, m = string.match(s, '^(%S+) (%S+) (%S+)$')
+  if tonumber(st) ~= start or tonumber(count) == nil then return 0 end
+  if made ~= 0 and tonumber(m) ~= made then return 0 end -- made again since (a Reset)
+  count = tonumber(count) + delta
+  if count < 0 then count = 0 end
+  redis.call('SET', c, string.format('%d %d %s', start, count, m), 'KEEPTTL')
+  return 1
+end
+
 local done = 0
 local k = 1
 for i = 1, n do
   local a = 3 + (i - 1) * 7
   local alg, rec, at, delta = ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
   local limit, window, burst = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
-  if alg == 'b' then
+  if alg == 'c' then
+    local c = KEYS[k]
+    k = k + 1
+    if delta ~= 0 then done = done + settleCalendar(c, rec, at, delta) end
+  elseif alg == 'b' then
     local b = KEYS[k]
     k = k + 1
     if delta < 0 then

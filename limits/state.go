@@ -26,7 +26,7 @@ import (
 // is rule n, and counter records name their rule by that index) or a
 // counter of one (rule, key), written while it is live:
 //
-//	kind     1 byte: 2 sliding window, 3 token bucket
+//	kind     1 byte: 2 sliding window, 3 token bucket, 4 calendar
 //	rule     uvarint index of an earlier rule record
 //	key      uvarint length, bytes
 //	span     uvarint, ns: the rule's window when the counter was made
@@ -36,6 +36,7 @@ import (
 //	         each next slot: time after the previous uvarint (>= 1), units uvarint
 //	bucket:  tokens float64 (IEEE 754 bits, little endian), last and full
 //	         uvarint, unix µs
+//	calendar: period start and end uvarint (unix s), count uvarint
 //
 // Every time is the store's own wall-clock reading (time.Time.UnixNano).
 // Nothing is applied to the store until the checksum has been verified,
@@ -45,9 +46,10 @@ const (
 	stateMagic   = "RLPSTATE"
 	stateVersion = 1
 
-	recRule   = 1
-	recWindow = 2
-	recBucket = 3
+	recRule     = 1
+	recWindow   = 2
+	recBucket   = 3
+	recCalendar = 4
 
 	// maxStateName bounds a rule name and a key in the stream; a counter
 	// with a longer one is not saved.
@@ -79,6 +81,10 @@ type savedEntry struct {
 	span      int64
 	touched   uint32
 	isBucket  bool
+	isCal     bool
+	calStart  int64
+	calEnd    int64
+	calCount  int64
 	b         bucket
 	gone      int64
 	slots     [2]int // the counter's slots in the snapshot's arena, [from, to)
@@ -117,7 +123,11 @@ func (sn *snapshot) copyShard(s *shard, now int64) {
 		if e.isBucket {
 			se.b, se.gone = e.bucket(), 0
 		}
-		if !e.isBucket {
+		if e.isCalendar {
+			se.isCal, se.gone = true, 0
+			se.calStart, se.calEnd, se.calCount = e.calendar()
+		}
+		if !e.isBucket && !e.isCalendar {
 			from := len(sn.arena)
 			for i := 0; i < int(e.w.size); i++ {
 				sl := *e.w.at(i)
@@ -151,6 +161,10 @@ func saveable(k stateKey, e *entry) bool {
 		b := e.bucket()
 		return !math.IsNaN(b.tokens) && !math.IsInf(b.tokens, 0) &&
 			inStateRange(b.last) && inStateRange(b.full)
+	}
+	if e.isCalendar {
+		start, end, count := e.calendar()
+		return inStateRange(start) && inStateRange(end) && start < end && count >= 0 && count <= maxStateUnits
 	}
 	if e.w.size > maxSlots+1 || e.w.gone <= -maxStateTime || e.w.gone >= maxStateTime {
 		return false
@@ -235,9 +249,12 @@ func (c *stateEncoder) entry(e *savedEntry, arena []slot) {
 		c.record(append(append(c.rec[:0], recRule), e.rule...))
 	}
 	r := c.rec[:0]
-	if e.isBucket {
+	switch {
+	case e.isBucket:
 		r = append(r, recBucket)
-	} else {
+	case e.isCal:
+		r = append(r, recCalendar)
+	default:
 		r = append(r, recWindow)
 	}
 	r = binary.AppendUvarint(r, idx)
@@ -245,7 +262,11 @@ func (c *stateEncoder) entry(e *savedEntry, arena []slot) {
 	r = append(r, e.key...)
 	r = binary.AppendUvarint(r, uint64(e.span))
 	r = binary.AppendUvarint(r, uint64(e.touched))
-	if e.isBucket {
+	if e.isCal {
+		r = binary.AppendUvarint(r, uint64(e.calStart))
+		r = binary.AppendUvarint(r, uint64(e.calEnd))
+		r = binary.AppendUvarint(r, uint64(e.calCount))
+	} else if e.isBucket {
 		r = binary.LittleEndian.AppendUint64(r, math.Float64bits(e.b.tokens))
 		r = binary.AppendUvarint(r, uint64(e.b.last))
 		r = binary.AppendUvarint(r, uint64(e.b.full))
@@ -445,7 +466,7 @@ func (d *stateDecoder) decode(m *Memory) (*[shardCount][]stagedEntry, LoadStats,
 func (d *stateDecoder) counter(rec []byte) (stateKey, *entry, error) {
 	c := cursor{b: rec[1:]}
 	kind := rec[0]
-	if kind != recWindow && kind != recBucket {
+	if kind != recWindow && kind != recBucket && kind != recCalendar {
 		return stateKey{}, nil, damaged("unknown record kind %d", kind)
 	}
 	ri := c.uvarint()
@@ -459,8 +480,14 @@ func (d *stateDecoder) counter(rec []byte) (stateKey, *entry, error) {
 	if c.err != nil || span < uint64(time.Microsecond) || span >= maxStateTime || touched > math.MaxUint32 {
 		return stateKey{}, nil, damaged("bad window or time")
 	}
-	e := &entry{w: window{span: int64(span)}, touched: uint32(touched), isBucket: kind == recBucket}
-	if e.isBucket {
+	e := &entry{w: window{span: int64(span)}, touched: uint32(touched), isBucket: kind == recBucket, isCalendar: kind == recCalendar}
+	if e.isCalendar {
+		start, end, count := c.uvarint(), c.uvarint(), c.uvarint()
+		if c.err != nil || start >= maxStateTime || end >= maxStateTime || start >= end || count > maxStateUnits {
+			return stateKey{}, nil, damaged("bad calendar counter")
+		}
+		e.setCalendar(int64(start), int64(end), int64(count))
+	} else if e.isBucket {
 		bits := c.bytes(8)
 		last, full := c.uvarint(), c.uvarint()
 		if c.err != nil {
@@ -477,7 +504,7 @@ func (d *stateDecoder) counter(rec []byte) (stateKey, *entry, error) {
 	if c.err != nil || len(c.b) != 0 {
 		return stateKey{}, nil, damaged("record of the wrong length")
 	}
-	if !e.isBucket {
+	if !e.isBucket && !e.isCalendar {
 		e.w.expire(d.now)
 	}
 	return k, e, nil

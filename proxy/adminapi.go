@@ -140,6 +140,7 @@ type ruleView struct {
 	Limit         json.Number    `json:"limit"`
 	Window        string         `json:"window"`
 	WindowSeconds json.Number    `json:"window_seconds"`
+	Timezone      string         `json:"timezone,omitempty"` // calendar rules
 	Burst         *json.Number   `json:"burst,omitempty"`
 	Cost          string         `json:"cost"`
 	Action        string         `json:"action"`
@@ -192,6 +193,11 @@ func (pol *policy) view(ru *rule) ruleView {
 	if c.Algorithm == config.AlgTokenBucket {
 		b := amount(ru.lim.Burst)
 		v.Burst = &b
+	}
+	if c.Algorithm == config.AlgCalendar {
+		// The period's name, and the current period's length.
+		s, e := ru.lim.Bounds(time.Now())
+		v.Window, v.WindowSeconds, v.Timezone = c.Period, seconds(e.Sub(s)), c.Timezone
 	}
 	if c.Action == config.ActionDelay {
 		v.MaxDelay = durationString(c.MaxDelay)

@@ -125,7 +125,7 @@ func (p *Proxy) limitsOf(ctx context.Context, ru *rule, key limits.Key, plan str
 		capacity = burst
 	}
 	v := limitView{Rule: ru.lim.Name, Key: key.String(), Limit: amount(limit), Used: amount(max(capacity-d[0].Remaining, 0)),
-		Remaining: amount(d[0].Remaining), WindowSeconds: seconds(ru.lim.Window),
+		Remaining: amount(d[0].Remaining), WindowSeconds: seconds(max(ru.lim.Window, d[0].Period)),
 		ResetAfterSeconds: json.Number(strconv.FormatInt(ceilSeconds(d[0].ResetAfter), 10)),
 		Algorithm:         string(ru.lim.Algorithm), Cost: ru.conf.Cost, Tier: plan}
 	if ru.lim.Algorithm == limits.TokenBucket {

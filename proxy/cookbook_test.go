@@ -219,3 +219,42 @@ func TestCookbookTokenBudgets(t *testing.T) {
 		t.Fatalf("enterprise: %d %v %s", w.Code, w.Header(), w.Body)
 	}
 }
+
+// A monthly spend cap in Rome: refused on the last evening of January
+// until the 1st (Retry-After is the wait to local midnight), admitted
+// again then; RateLimit-Policy's w is the month's length.
+func TestCookbookMonthlySpend(t *testing.T) {
+	_, url := newLLM(t)
+	f := newFixture(t, upstreamAt(url), cookbook(t, "monthly-spend.toml", "UPSTREAM_URL", url))
+	// 2026-01-31 22:00 UTC is 23:00 in Rome: an hour to February.
+	f.clock.Set(30*86400 + 22*3600)
+	body := `{"model":"gpt-4o","max_tokens":60000,"messages":[{"role":"user","content":"hi"}]}`
+	// Settled to 1000 input and 59000 output tokens: $0.5925.
+	w := f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", body, "Authorization", "Bearer k1", "X-Test-Usage", "1000,59000")
+	if w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"spend-per-key-month";q=1;w=2678400;qu="usd"` {
+		t.Fatalf("first: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+	// $0.60 of output reserved does not fit in the $0.4075 left.
+	w = f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", body, "Authorization", "Bearer k1")
+	if w.Code != 429 || !strings.Contains(w.Body.String(), `"insufficient_quota"`) || w.Header().Get("Retry-After") != "3600" ||
+		w.Header().Get("X-Ratelimit-Reset") != "3600" || w.Header().Get("X-Ratelimit-Remaining-Usd") != "0.4075" {
+		t.Fatalf("over the cap: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+	// Half an hour later the wait is half an hour.
+	f.clock.Set(30*86400 + 22*3600 + 1800)
+	w = f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", body, "Authorization", "Bearer k1")
+	if w.Code != 429 || w.Header().Get("Retry-After") != "1800" {
+		t.Fatalf("half an hour later: %d %v", w.Code, w.Header())
+	}
+	// A team key has $50.
+	w = f.send("/v1/chat/completions", "203.0.113.8:1", "application/json", body, "Authorization", "Bearer k2", "X-Plan", "team", "X-Test-Usage", "1,1")
+	if w.Code != 200 || w.Header().Get("X-Ratelimit-Limit-Usd") != "50" {
+		t.Fatalf("team: %d %v", w.Code, w.Header())
+	}
+	// Midnight of the 1st in Rome (23:00 UTC): a fresh month of 28 days.
+	f.clock.Set(30*86400 + 23*3600)
+	w = f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", body, "Authorization", "Bearer k1", "X-Test-Usage", "1,1")
+	if w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"spend-per-key-month";q=1;w=2419200;qu="usd"` {
+		t.Fatalf("February: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+}

@@ -171,15 +171,20 @@ func compilePolicy(c *config.Config, live *liveChanges, rm *ruleMetricSet) (*pol
 
 func (pol *policy) compileRule(cr *config.Rule, index int, rm *ruleMetricSet) (*rule, error) {
 	alg := limits.SlidingWindow
-	if cr.Algorithm == config.AlgTokenBucket {
+	var period limits.Period
+	switch cr.Algorithm {
+	case config.AlgTokenBucket:
 		alg = limits.TokenBucket
+	case config.AlgCalendar:
+		alg = limits.Calendar
+		period, _ = limits.ParsePeriod(cr.Period)
 	}
 	burst := cr.Limit
 	if cr.BurstSet {
 		burst = cr.Burst
 	}
 	lim := &limits.Rule{Name: cr.Name, Algorithm: alg, Limit: cr.Limit, Window: cr.Window, Burst: burst,
-		Shadow: cr.Action == config.ActionShadow}
+		Shadow: cr.Action == config.ActionShadow, Period: period, Location: cr.Location}
 	if err := lim.Validate(); err != nil {
 		return nil, err
 	}
@@ -442,11 +447,27 @@ func (m *ruleMetricSet) rule(name string) *ruleMetrics {
 // limit: "name";q=L;w=W, with ;qu="tokens" or ;qu="usd" for token and
 // money rules (their amounts in dollars), ;burst=B for a token bucket.
 func policyItem(ru *limits.Rule, quoted string, limit, burst int64, c costKind) string {
+	var period time.Duration
+	if ru.Algorithm == limits.Calendar {
+		s, e := ru.Bounds(time.Now())
+		period = e.Sub(s)
+	}
+	return policyItemFor(ru, quoted, limit, burst, c, period)
+}
+
+// policyItemFor is policyItem with w the given period's length when it
+// is not 0 (a calendar rule's current period: a day of 23 to 25 hours, a
+// week, a month).
+func policyItemFor(ru *limits.Rule, quoted string, limit, burst int64, c costKind, period time.Duration) string {
 	amount := func(n int64) string { return strconv.FormatInt(n, 10) }
 	if c == costUSD {
 		amount = config.Dollars // the counters are micro-dollars
 	}
-	s := quoted + ";q=" + amount(limit) + ";w=" + strconv.FormatInt(ceilSeconds(ru.Window), 10)
+	w := ru.Window
+	if period > 0 {
+		w = period
+	}
+	s := quoted + ";q=" + amount(limit) + ";w=" + strconv.FormatInt(ceilSeconds(w), 10)
 	switch c.unit() {
 	case costInput:
 		s += `;qu="tokens"`

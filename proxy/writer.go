@@ -118,7 +118,7 @@ func (e *exchange) stamp(h http.Header) {
 		}
 	}
 	if n == 1 {
-		h["Ratelimit-Policy"] = rh.policyValue(&e.hits[e.show], d.Limit)
+		h["Ratelimit-Policy"] = rh.policyValue(&e.hits[e.show], d)
 		h["Ratelimit"] = []string{rh.quoted + ";r=" + remaining[0] + ";t=" + intValue(ceilSeconds(nextAfter(d)))[0]}
 		return
 	}
@@ -132,7 +132,7 @@ func (e *exchange) stamp(h http.Header) {
 			state.WriteString(", ")
 		}
 		di := &e.out[i]
-		pol.WriteString(ru.headers.policyValue(&e.hits[i], di.Limit)[0])
+		pol.WriteString(ru.headers.policyValue(&e.hits[i], di)[0])
 		state.WriteString(ru.headers.quoted)
 		state.WriteString(";r=")
 		state.WriteString(ru.headers.amount(di.Remaining)[0])
@@ -220,13 +220,14 @@ func (rh *ruleHeaders) amount(n int64) []string {
 }
 
 // policyValue is the rule's RateLimit-Policy item for a hit's effective
-// limit (a tier, an override, FAIL_OPEN=local's share).
-func (rh *ruleHeaders) policyValue(h *limits.Hit, limit int64) []string {
+// limit (a tier, an override, FAIL_OPEN=local's share) and, for a
+// calendar rule, the length of the decision's period (w).
+func (rh *ruleHeaders) policyValue(h *limits.Hit, d *limits.Decision) []string {
 	_, burst := h.Limits()
-	if limit == rh.rule.Limit && burst == rh.rule.Burst {
+	if d.Limit == rh.rule.Limit && burst == rh.rule.Burst && d.Period == 0 {
 		return rh.policy
 	}
-	return []string{policyItem(rh.rule, rh.quoted, limit, burst, rh.cost)}
+	return []string{policyItemFor(rh.rule, rh.quoted, d.Limit, burst, rh.cost, d.Period)}
 }
 
 // ceilSeconds rounds d up to whole seconds.

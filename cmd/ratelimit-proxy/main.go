@@ -26,6 +26,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	_ "time/tzdata" // calendar rules load their time zone on a host without a zoneinfo database
 
 	"github.com/lmittmann/tint"
 	"github.com/prometheus/client_golang/prometheus"
