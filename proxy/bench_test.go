@@ -203,3 +203,28 @@ func BenchmarkHandlerRemembered(b *testing.B) {
 	}
 	postChats(b, h, "/v1/chat/completions", nil)
 }
+
+// BenchmarkHandlerAccessLog is the admitted POST with ACCESS_LOG off and
+// on, the line written by slog's JSON handler to io.Discard: the access
+// log's own cost per request.
+func BenchmarkHandlerAccessLog(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		b.Run(map[bool]string{false: "off", true: "on"}[on], func(b *testing.B) {
+			cfg := config.Default()
+			cfg.UpstreamURL = "http://upstream.invalid"
+			cfg.ChatRPM = 1 << 40
+			cfg.AccessLog = on
+			tk := tokens.New()
+			if err := tk.Preload(); err != nil {
+				b.Fatal(err)
+			}
+			p, err := proxy.New(proxy.Options{Config: cfg, Store: limits.NewMemory(limits.MemoryOptions{}),
+				Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Tokenizer: tk, Registerer: prometheus.NewRegistry(),
+				Transport: staticTransport{body: []byte(`{"id":"chatcmpl-1","object":"chat.completion","choices":[]}`)}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			postChats(b, p.Handler(), "/v1/chat/completions", nil)
+		})
+	}
+}

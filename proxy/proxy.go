@@ -223,6 +223,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer p.pool.Put(x)
 	defer x.release() // also when forwarding panics (http.ErrAbortHandler)
 	if r = x.pass(); r != nil {
+		x.forwarded = true
 		r = withBudget(x, r)
 		if x.protected {
 			p.guarded.ServeHTTP(x, r)
@@ -235,6 +236,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// estimate alone, or nothing, is charged.
 	p.settle(x, usage.Result{})
 	x.route.requests[x.decision].Inc()
+	if x.pol.cfg.AccessLog {
+		x.accessLog()
+	}
 }
 
 // begin makes x the exchange of r, answered on w, under p's current

@@ -81,7 +81,9 @@ func (e *exchange) Write(b []byte) (int, error) {
 	if e.status == 0 {
 		e.WriteHeader(http.StatusOK)
 	}
-	return e.ResponseWriter.Write(b)
+	n, err := e.ResponseWriter.Write(b)
+	e.written += int64(n)
+	return n, err
 }
 
 // stamp sets the X-RateLimit-* and RateLimit headers of SPEC §5, §7.3 and

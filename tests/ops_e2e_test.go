@@ -141,3 +141,47 @@ func TestDenialLogLine(t *testing.T) {
 		}
 	}
 }
+
+// ACCESS_LOG=true: one line per proxied request, admitted, refused or
+// unprotected, with the caller in its log form and no query, key or body.
+func TestAccessLog(t *testing.T) {
+	t.Parallel()
+	rec := newRecorder(t)
+	p := startProxy(t, rec.URL(), map[string]string{"ACCESS_LOG": "true", "CHAT_RPM": "1"})
+	const key = "sk-access-log-secret"
+	wantStatus(t, p.post(t, "/v1/chat/completions?api_key=q-secret", "Authorization", "Bearer "+key), http.StatusOK)
+	wantStatus(t, p.post(t, "/v1/chat/completions", "Authorization", "Bearer "+key), http.StatusTooManyRequests)
+	wantStatus(t, p.do(t, http.MethodGet, p.url("/v1/models?x=1"), nil), http.StatusOK)
+	var lines []logLine
+	deadline := time.Now().Add(5 * time.Second)
+	for len(lines) < 3 && time.Now().Before(deadline) {
+		lines = lines[:0]
+		for _, l := range p.logs.JSONLines() {
+			if l["msg"] == "request" {
+				lines = append(lines, l)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(lines) != 3 {
+		t.Fatalf("%d access log lines, want 3: %v", len(lines), lines)
+	}
+	hash := keyHash(key)
+	ok, refused, other := lines[0], lines[1], lines[2]
+	if ok["status"] != 200.0 || ok["caller"] != hash || ok["rule"] != "chat_rpm" || ok["path"] != "/v1/chat/completions" ||
+		ok["tokens"] == nil || ok["upstream_seconds"] == nil || ok["bytes"].(float64) <= 0 || ok["method"] != "POST" {
+		t.Errorf("admitted: %v", ok)
+	}
+	if refused["status"] != 429.0 || refused["rule"] != "chat_rpm" || refused["decision"] != "rate_limited" || refused["upstream_seconds"] != nil {
+		t.Errorf("refused: %v", refused)
+	}
+	if other["status"] != 200.0 || other["path"] != "/v1/models" || other["caller"] != "ip:127.0.0.0/24" {
+		t.Errorf("unprotected: %v", other)
+	}
+	all := p.logs.Text()
+	for _, secret := range []string{key, "q-secret", "hi\"", "x=1"} {
+		if strings.Contains(all, secret) {
+			t.Errorf("the log holds %q:\n%s", secret, all)
+		}
+	}
+}
