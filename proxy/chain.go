@@ -30,8 +30,8 @@ type exchange struct {
 	r           *http.Request // the request as it arrived (its body replaced by the spooled copy once read)
 	start       time.Time     // when it arrived, by the proxy's clock
 	status      int
-	written     int64 // response body bytes written to the client
-	forwarded   bool  // sent to the upstream
+	written     int64     // response body bytes written to the client
+	forwarded   bool      // sent to the upstream
 	decision    string    // metrics label; set by the guard, refined on forwarding errors
 	forwardedAt time.Time // zero until the request leaves for the upstream
 	route       *routeMetrics
