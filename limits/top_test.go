@@ -27,9 +27,11 @@ func topStores(top *testing.T) map[string]func(t *testing.T) limits.Store {
 		return newRedisStore(t, srv, true)
 	}
 	return map[string]func(t *testing.T) limits.Store{
-		"memory":   func(*testing.T) limits.Store { return limits.NewMemory(limits.MemoryOptions{}) },
-		"remember": func(*testing.T) limits.Store { return limits.NewRemember(limits.NewMemory(limits.MemoryOptions{}), 100) },
-		"redis":    func(t *testing.T) limits.Store { return single(t) },
+		"memory": func(*testing.T) limits.Store { return limits.NewMemory(limits.MemoryOptions{}) },
+		"remember": func(*testing.T) limits.Store {
+			return limits.NewRemember(limits.NewMemory(limits.MemoryOptions{}), 100)
+		},
+		"redis": func(t *testing.T) limits.Store { return single(t) },
 		"fallback": func(t *testing.T) limits.Store {
 			return limits.NewFallback(single(t), limits.NewMemory(limits.MemoryOptions{}), 2)
 		},
