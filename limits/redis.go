@@ -65,6 +65,12 @@ type RedisOptions struct {
 	// ClientClock makes the script use the now passed to Decide instead of
 	// Redis's TIME. For tests that step a fake clock only.
 	ClientClock bool
+	// TopScan and TopTime bound the SCAN of one Top (the admin API's top
+	// keys): at most TopScan keys examined (default 100,000) and TopTime
+	// spent scanning (default 100 ms), over every master together; past
+	// either, Top answers with what it found and says so (redistop.go).
+	TopScan int
+	TopTime time.Duration
 }
 
 // Redis is a Store shared by every proxy instance: each decision (and
@@ -125,6 +131,12 @@ func NewRedis(o RedisOptions) *Redis {
 		o.RollbackTimeout = 2 * time.Second
 	}
 	o.RollbackTimeout = max(o.RollbackTimeout, o.Timeout)
+	if o.TopScan <= 0 {
+		o.TopScan = 100_000
+	}
+	if o.TopTime <= 0 {
+		o.TopTime = 100 * time.Millisecond
+	}
 	s := &Redis{o: o, script: redis.NewScript(decideScript), settle: redis.NewScript(settleScript), stop: make(chan struct{})}
 	s.cluster, _ = o.Client.(*redis.ClusterClient)
 	return s

@@ -109,12 +109,7 @@ func (p *Proxy) limitsOf(ctx context.Context, ru *rule, key limits.Key, plan str
 	}
 	h := limits.Hit{Rule: ru.lim, Key: key}
 	eff, own := ru.effective(plan, key)
-	if own && !eff.unlimited {
-		h.Own, h.Limit, h.Burst = true, eff.limit, eff.limit
-		if ru.burstSet {
-			h.Burst = ru.lim.Burst
-		}
-	}
+	h.Limit, h.Burst, h.Own = ru.ownLimits(plan, key)
 	var d [1]limits.Decision
 	if _, err := p.store.Peek(ctx, []limits.Hit{h}, p.now(), d[:]); err != nil {
 		return limitView{}, err
@@ -160,6 +155,10 @@ func (p *Proxy) ruleAndKey(w http.ResponseWriter, r *http.Request) (*rule, limit
 }
 
 func (p *Proxy) adminLimits(w http.ResponseWriter, r *http.Request) {
+	if _, top := r.URL.Query()["top"]; top {
+		p.adminTop(w, r)
+		return
+	}
 	ru, key, ok := p.ruleAndKey(w, r)
 	if !ok {
 		return

@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"math"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -134,4 +136,75 @@ func TestResetForgetsOnEveryInstance(t *testing.T) {
 	if !waitFor(time.Second, func() bool { return b.post(t, "/api/chat", key...).StatusCode == 200 }) {
 		t.Fatalf("instance b still refuses from memory %v after the reset on a", time.Since(start))
 	}
+}
+
+// ?top=N on two instances sharing Redis: the callers with the most used
+// across both, most used first, each a public form that ?key= reads back
+// with the same numbers (the refused caller's denied_key among them), and
+// never an API key itself.
+func TestAdminTopAcrossInstances(t *testing.T) {
+	srv := redistest.Start(t)
+	rec := newRecorder(t)
+	cfgPath := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(cfgPath, []byte(`
+chat_rpm = 1000
+[[rule]]
+name   = "per-caller"
+key    = ["caller"]
+limit  = 6
+window = "1m"
+[[rule]]
+name   = "per-caller-2"
+key    = ["caller"]
+limit  = 100
+window = "1m"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"REDIS_URL": srv.URL(), "REDIS_TIMEOUT": "1s"}
+	a := startProxy(t, rec.URL(), env, "-config", cfgPath)
+	b := startProxy(t, rec.URL(), env, "-config", cfgPath)
+	send := func(p *proc, secret string, n int) {
+		for range n {
+			wantStatus(t, p.post(t, "/api/chat", "Authorization", "Bearer "+secret), 200)
+		}
+	}
+	send(a, "sk-e2e-one", 3)
+	send(b, "sk-e2e-one", 2) // 5 across both
+	send(b, "sk-e2e-two", 2)
+	send(a, "sk-e2e-three", 6)
+	r := b.post(t, "/api/chat", "Authorization", "Bearer sk-e2e-three")
+	wantStatus(t, r, 429)
+	denied := r.json(t)["denied_key"].(string)
+
+	top := a.do(t, "GET", a.adminURL("/admin/limits/per-caller?top=2"), nil)
+	wantStatus(t, top, 200)
+	m := top.json(t)
+	keys, _ := m["keys"].([]any)
+	if m["rule"] != "per-caller" || len(keys) != 2 || strings.Contains(string(top.body), "sk-e2e") {
+		t.Fatalf("top=2: %s", top.body)
+	}
+	first, second := keys[0].(map[string]any), keys[1].(map[string]any)
+	if first["key"] != denied || num(first["used"]) != 6 || num(first["remaining"]) != 0 || num(first["limit"]) != 6 ||
+		num(second["used"]) != 5 || num(second["remaining"]) != 1 || !strings.HasPrefix(second["key"].(string), "caller=key:") {
+		t.Fatalf("top=2: %s", top.body)
+	}
+	for _, k := range keys {
+		k := k.(map[string]any)
+		one := b.do(t, "GET", b.adminURL("/admin/limits/per-caller?key="+url.QueryEscape(k["key"].(string))), nil)
+		wantStatus(t, one, 200)
+		o := one.json(t)
+		if o["key"] != k["key"] || num(o["used"]) != num(k["used"]) || num(o["remaining"]) != num(k["remaining"]) || num(o["limit"]) != num(k["limit"]) ||
+			math.Abs(num(o["reset_after_seconds"])-num(k["reset_after_seconds"])) > 1 {
+			t.Fatalf("?key= reads %s, top listed %v", one.body, k)
+		}
+	}
+	// per-caller-2's counters (a name that starts with per-caller's) are
+	// not per-caller's: three callers, each once.
+	all := a.do(t, "GET", a.adminURL("/admin/limits/per-caller?top"), nil)
+	if keys, _ := all.json(t)["keys"].([]any); len(keys) != 3 {
+		t.Fatalf("every key: %s", all.body)
+	}
+	wantStatus(t, a.do(t, "GET", a.adminURL("/admin/limits/per-caller?top=1001"), nil), 400)
+	wantStatus(t, a.do(t, "GET", a.adminURL("/admin/limits/nope?top=3"), nil), 404)
 }
