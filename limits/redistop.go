@@ -51,13 +51,13 @@ func (s *Redis) Top(ctx context.Context, q TopQuery, now time.Time) (TopResult, 
 }
 
 // ruleKeys returns how the names of rule's counters read: head, the key's
-// public form, then tail (appendKeys' first key: a window's sorted set, a
-// bucket's string). They are taken from keyBase and appendKeys
+// public form, then tail (counterKeys' first key: a window's sorted set, a
+// bucket's or a calendar counter's string). They are taken from counterKeys
 // themselves, around a key that marks its place.
 func (s *Redis) ruleKeys(rule *Rule) (head, tail string) {
 	const mark = "\x00"
 	h := Hit{Rule: rule, Key: Key{s: mark}}
-	name := s.appendKeys(nil, &h)[0]
+	name := s.counterKeys([]Hit{h}, false)[0]
 	head, tail, _ = strings.Cut(name, mark)
 	return head, tail
 }
