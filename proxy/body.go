@@ -38,12 +38,16 @@ type spooled struct {
 
 // readBody reads r's body within max bytes: a declared Content-Length over
 // max is refused before any byte is read, a chunked body is cut at max+1.
-func readBody(w http.ResponseWriter, r *http.Request, max int64, now time.Time) (*spooled, error) {
+// The read deadline is the wall clock's, not the proxy's injected one: a
+// deadline is handed to the network poller, and one in the past (a test
+// clock) would cancel the request the moment the server's background read
+// saw it.
+func readBody(w http.ResponseWriter, r *http.Request, max int64) (*spooled, error) {
 	if r.ContentLength > max {
 		return nil, errBodyTooLarge
 	}
 	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(now.Add(bodyReadTimeout)) // unsupported writers (tests) just have no deadline
+	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout)) // unsupported writers (tests) just have no deadline
 	defer rc.SetReadDeadline(time.Time{})
 	return readWithin(w, r, max)
 }

@@ -106,9 +106,13 @@ window  = "1m"
 	defer c.Close()
 	io.WriteString(c, "GET /realtime/x HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	line, _ := bufio.NewReader(c).ReadString('\n')
+	br := bufio.NewReader(c)
+	line, _ := br.ReadString('\n')
 	if !strings.Contains(line, "101") {
-		t.Fatalf("upgrade: %q", line)
+		rest := make([]byte, 2000)
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		n, _ := io.ReadAtLeast(br, rest, 1)
+		t.Fatalf("upgrade: %q %q (upstream saw %d requests, last %v)", line, rest[:n], len(u.hdrs), u.hdrs[len(u.hdrs)-1])
 	}
 }
 

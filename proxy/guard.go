@@ -249,7 +249,7 @@ func (x *exchange) decide() *denial {
 				return x.rateLimited()
 			}
 			held = true
-			x.readWhileHeld(now)
+			x.readWhileHeld()
 		}
 		if !wait(r, longestWait(x)) {
 			return x.leftWhileHeld()

@@ -105,7 +105,7 @@ func (x *exchange) spool(c *caller) *denial {
 	r := x.r
 	body, err := x.body, x.bodyErr
 	if !x.bodyRead {
-		body, err = readBody(x.ResponseWriter, r, x.pol.cfg.MaxBodyBytes, x.start)
+		body, err = readBody(x.ResponseWriter, r, x.pol.cfg.MaxBodyBytes)
 	}
 	switch {
 	case errors.Is(err, errBodyTooLarge):

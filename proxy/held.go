@@ -27,7 +27,7 @@ type heldRead struct {
 // route, a body, within MAX_BODY_BYTES as declared, not compressed (those
 // are refused unread), on a connection whose reads can be given a
 // deadline.
-func (x *exchange) readWhileHeld(now time.Time) {
+func (x *exchange) readWhileHeld() {
 	r := x.r
 	if x.apiPath == "" || x.body != nil || x.bodyRead || x.heldRead != nil ||
 		r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 ||
@@ -35,7 +35,8 @@ func (x *exchange) readWhileHeld(now time.Time) {
 		return
 	}
 	w, limit := x.ResponseWriter, x.pol.cfg.MaxBodyBytes
-	if http.NewResponseController(w).SetReadDeadline(now.Add(bodyReadTimeout)) != nil {
+	// The wall clock's deadline, as readBody's.
+	if http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout)) != nil {
 		return // a read that could not be cut short: left for after the hold
 	}
 	h := &heldRead{done: make(chan struct{})}
