@@ -24,7 +24,7 @@ type Rule struct {
 	Unless       []Condition // sorted by part: when all hold, the rule does not apply
 	Key          []string    // key parts (SPEC §7.2), in order
 	OnMissingKey string      // "skip" or "reject"
-	Algorithm    string      // "sliding_window", "token_bucket" or "calendar"
+	Algorithm    string      // "sliding_window", "token_bucket", "calendar" or "concurrency"
 	Limit        int64
 	Window       time.Duration // not used by calendar
 	// Period is a calendar rule's window: "day", "week" (ISO, from
@@ -69,6 +69,7 @@ const (
 	AlgSlidingWindow = "sliding_window"
 	AlgTokenBucket   = "token_bucket"
 	AlgCalendar      = "calendar"
+	AlgConcurrency   = "concurrency"
 
 	// A calendar rule's periods.
 	PeriodDay       = "day"

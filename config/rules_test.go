@@ -186,3 +186,19 @@ func TestCalendarRuleFields(t *testing.T) {
 		}
 	}
 }
+
+// A concurrency rule counts requests: any other cost is an error; its
+// window is not used.
+func TestConcurrencyRuleFields(t *testing.T) {
+	base := "[[rule]]\nname = \"c\"\npaths = [\"/api/chat\"]\nalgorithm = \"concurrency\"\nlimit = 3\n"
+	c, err := loadRules(t, base, nil)
+	if err != nil || c.Rules[0].Algorithm != config.AlgConcurrency || c.Rules[0].Limit != 3 {
+		t.Fatalf("%v %+v", err, c.Rules)
+	}
+	if _, err := loadRules(t, base+"cost = \"input_tokens\"\n", nil); err == nil || !strings.Contains(err.Error(), "requests") {
+		t.Fatalf("cost input_tokens: %v", err)
+	}
+	if _, err := loadRules(t, base+"burst = 2\n", nil); err == nil {
+		t.Fatal("burst accepted")
+	}
+}

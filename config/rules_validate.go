@@ -107,8 +107,15 @@ func (c *Config) validateRules() []error {
 			if r.BurstSet {
 				bad("burst", amount(r.Burst), `only with algorithm = "token_bucket"`)
 			}
+		case AlgConcurrency:
+			if r.BurstSet {
+				bad("burst", amount(r.Burst), `only with algorithm = "token_bucket"`)
+			}
+			if r.Cost != CostRequests {
+				bad("cost", r.Cost, `a concurrency rule counts requests in flight: its cost is "requests"`)
+			}
 		default:
-			bad("algorithm", r.Algorithm, `must be "sliding_window", "token_bucket" or "calendar"`)
+			bad("algorithm", r.Algorithm, `must be "sliding_window", "token_bucket", "calendar" or "concurrency"`)
 		}
 		if r.Limit < 0 {
 			bad("limit", amount(r.Limit), "must not be negative")
@@ -116,7 +123,7 @@ func (c *Config) validateRules() []error {
 		if r.BurstSet && r.Burst < 0 {
 			bad("burst", amount(r.Burst), "must not be negative")
 		}
-		if r.Window < time.Second && r.Algorithm != AlgCalendar {
+		if r.Window < time.Second && r.Algorithm != AlgCalendar && r.Algorithm != AlgConcurrency {
 			bad("window", durationText(r.Window), "must be at least 1s")
 		}
 		switch r.Cost {

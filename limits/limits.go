@@ -7,7 +7,9 @@
 // A rule counts with a sliding window (at most Limit units in any rolling
 // Window), a token bucket (Burst tokens that refill at Limit per Window) or
 // a calendar quota (at most Limit units per day, ISO week or month, from
-// midnight in the rule's time zone).
+// midnight in the rule's time zone). A concurrency rule counts requests in
+// flight instead: its places are held by Places, which WithPlaces joins to
+// a store so that a batch mixing both is still decided all-or-nothing.
 // The batch is admitted when every enforcing hit admits; a shadow hit never
 // vetoes it and is recorded only when it fits. A refused batch records
 // nothing. Stores also Peek (the same evaluation, recording nothing) and
@@ -43,12 +45,16 @@ const (
 	// (a day, an ISO week, a month) that starts at midnight in Location;
 	// the count starts again from zero at every boundary.
 	Calendar Algorithm = "calendar"
+	// Concurrency admits at most Limit requests of a key in flight at
+	// once: a place is taken at admission and released when the request
+	// ends (Places); Window is not used and every hit costs 1.
+	Concurrency Algorithm = "concurrency"
 )
 
 // Rule is the counting policy of one named limit.
 type Rule struct {
 	Name      string        // unique; names the counters of every key of this rule
-	Algorithm Algorithm     // SlidingWindow, TokenBucket or Calendar
+	Algorithm Algorithm     // SlidingWindow, TokenBucket, Calendar or Concurrency
 	Limit     int64         // cost units admitted (TokenBucket: refilled) per Window (Calendar: Period); 0 refuses everything
 	Window    time.Duration // > 0; a Calendar rule ignores it
 	// Period and Location are a Calendar rule's: the period counted and
@@ -72,7 +78,7 @@ func (r *Rule) Validate() error {
 	switch {
 	case r.Name == "":
 		return errors.New("rule has no name")
-	case r.Algorithm != SlidingWindow && r.Algorithm != TokenBucket && r.Algorithm != Calendar:
+	case r.Algorithm != SlidingWindow && r.Algorithm != TokenBucket && r.Algorithm != Calendar && r.Algorithm != Concurrency:
 		return errors.New("rule " + r.Name + ": unknown algorithm " + string(r.Algorithm))
 	case r.Algorithm == Calendar && (r.Period < Day || r.Period > Month):
 		return errors.New("rule " + r.Name + ": a calendar rule's period is a day, a week or a month")
@@ -80,7 +86,7 @@ func (r *Rule) Validate() error {
 		return errors.New("rule " + r.Name + ": negative limit")
 	case r.Burst < 0:
 		return errors.New("rule " + r.Name + ": negative burst")
-	case r.Window < time.Microsecond && r.Algorithm != Calendar:
+	case r.Window < time.Microsecond && r.Algorithm != Calendar && r.Algorithm != Concurrency:
 		return errors.New("rule " + r.Name + ": window must be at least 1µs")
 	}
 	return nil

@@ -111,7 +111,7 @@ func (p *Proxy) limitsOf(ctx context.Context, ru *rule, key limits.Key, plan str
 	eff, own := ru.effective(plan, key)
 	h.Limit, h.Burst, h.Own = ru.ownLimits(plan, key)
 	var d [1]limits.Decision
-	if _, err := p.store.Peek(ctx, []limits.Hit{h}, p.now(), d[:]); err != nil {
+	if _, err := p.batch.Peek(ctx, []limits.Hit{h}, p.now(), d[:]); err != nil {
 		return limitView{}, err
 	}
 	limit, burst := h.Limits()

@@ -203,7 +203,7 @@ func capacity(h *limits.Hit) int64 {
 func (x *exchange) tooCostly(i int) *denial {
 	x.sizeOut()
 	ru, h := x.rules[i], &x.hits[i]
-	if _, err := x.p.store.Peek(x.r.Context(), x.hits, x.start, x.out); err == nil {
+	if _, err := x.p.batch.Peek(x.r.Context(), x.hits, x.start, x.out); err == nil {
 		x.observeRules(len(x.rules)) // the peek refuses that hit: counted once
 		x.limited, x.show = x.fewestRemaining()
 	} else {

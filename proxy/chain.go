@@ -42,8 +42,10 @@ type exchange struct {
 	body        *spooled // the buffered body of a protected request
 	bodyRead    bool     // the body was read while held: body, or bodyErr
 	bodyErr     error
-	heldRead    *heldRead    // the body being read while a delay rule holds the request
-	ticket      *gate.Ticket // the upstream group's slot, released as ServeHTTP returns
+	heldRead    *heldRead      // the body being read while a delay rule holds the request
+	ticket      *gate.Ticket   // the upstream group's slot, released as ServeHTTP returns
+	placed      []limits.Place // the concurrency rules' places taken, released as ServeHTTP returns
+	placeBuf    [maxInlineRules]limits.Place
 	now         func() time.Time
 	pol         *policy // the configuration this request started under
 

@@ -73,7 +73,7 @@ func (x *exchange) peek() *denial {
 	}
 	x.addShownHits()
 	x.sizeOut()
-	ok, err := x.p.store.Peek(x.r.Context(), x.hits, x.start, x.out)
+	ok, err := x.p.batch.Peek(x.r.Context(), x.hits, x.start, x.out)
 	ok = ok || shownOnly(x, n)
 	var d *denial
 	switch {
@@ -213,7 +213,7 @@ func (x *exchange) decide() *denial {
 	held := false
 	for {
 		x.sizeOut()
-		allowed, err := p.store.Decide(r.Context(), x.hits, now, x.out)
+		allowed, err := p.batch.Decide(r.Context(), x.hits, now, x.out)
 		if err != nil {
 			if held && r.Context().Err() != nil {
 				return x.leftWhileHeld() // the client left during the decision
@@ -228,6 +228,7 @@ func (x *exchange) decide() *denial {
 			x.observeRules(len(x.rules))
 			x.decision = decAllowed // a failed peek before may have said store_error
 			x.limited, x.show = x.fewestRemaining()
+			x.keepPlaces()
 			if held {
 				x.endHeldRead(false)
 				x.unhold("admitted")
@@ -255,6 +256,18 @@ func (x *exchange) decide() *denial {
 			return x.leftWhileHeld()
 		}
 		now = p.now()
+	}
+}
+
+// keepPlaces keeps the places the admitted batch took, for release.
+func (x *exchange) keepPlaces() {
+	for i := range x.hits {
+		if x.hits[i].Rule.Algorithm == limits.Concurrency && !x.out[i].Ticket.IsZero() {
+			if x.placed == nil {
+				x.placed = x.placeBuf[:0]
+			}
+			x.placed = append(x.placed, limits.Place{Hit: x.hits[i], Ticket: x.out[i].Ticket})
+		}
 	}
 }
 

@@ -175,6 +175,8 @@ func (pol *policy) compileRule(cr *config.Rule, index int, rm *ruleMetricSet) (*
 	switch cr.Algorithm {
 	case config.AlgTokenBucket:
 		alg = limits.TokenBucket
+	case config.AlgConcurrency:
+		alg = limits.Concurrency
 	case config.AlgCalendar:
 		alg = limits.Calendar
 		period, _ = limits.ParsePeriod(cr.Period)

@@ -28,8 +28,11 @@ import (
 
 // Options are what New needs besides the configuration.
 type Options struct {
-	Config     config.Config // validated
-	Store      limits.Store
+	Config config.Config // validated
+	Store  limits.Store
+	// Places holds the places of concurrency rules; one in process
+	// (limits.NewMemoryPlaces) when nil.
+	Places     limits.Places
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 	// Now is the clock; time.Now when nil. Only this package reads it.
@@ -75,6 +78,8 @@ type Proxy struct {
 	// FAIL_OPEN) are read from it; the others from the current policy.
 	boot      config.Config
 	store     limits.Store
+	batch     limits.Store  // store joined to places: what the guard chain decides with
+	places    limits.Places // concurrency rules' places, released as ServeHTTP returns
 	log       *slog.Logger
 	now       func() time.Time
 	policy    atomic.Pointer[policy]
@@ -115,6 +120,7 @@ func New(o Options) (*Proxy, error) {
 	p := &Proxy{
 		boot:       c,
 		store:      o.Store,
+		places:     o.Places,
 		log:        o.Logger,
 		now:        o.Now,
 		tokens:     o.Tokenizer,
@@ -140,6 +146,10 @@ func New(o Options) (*Proxy, error) {
 	if p.tokens == nil {
 		p.tokens = tokens.New()
 	}
+	if p.places == nil {
+		p.places = limits.NewMemoryPlaces()
+	}
+	p.batch = limits.WithPlaces(p.store, p.places)
 	if p.now == nil {
 		p.now = time.Now
 	}
@@ -298,8 +308,13 @@ func (x *exchange) pass() *http.Request {
 	return r
 }
 
-// release gives back the upstream group's slot and the spooled body.
+// release gives back the concurrency rules' places, the upstream group's
+// slot and the spooled body.
 func (x *exchange) release() {
+	if len(x.placed) > 0 {
+		x.p.places.Release(x.placed)
+		x.placed = nil
+	}
 	if x.ticket != nil {
 		x.ticket.Release()
 	}

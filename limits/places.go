@@ -1,0 +1,261 @@
+package limits
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// A Concurrency rule (SPEC §7.3) counts requests in flight, as nginx's
+// limit_conn: a place is taken at admission and given back when the
+// request ends, whatever the ending. Places hold them; WithPlaces joins
+// them to a Store so that a batch mixing both algorithms is still decided
+// all-or-nothing: the places are taken first, then the other hits are
+// decided, and the places are given back when those refuse.
+
+// Places holds the places of Concurrency rules. Implementations are safe
+// for concurrent use.
+type Places interface {
+	// Take evaluates hits (all of Concurrency rules) into out. With take,
+	// when every enforcing hit has a free place, each enforcing hit of
+	// cost > 0, and each shadow hit that fits, takes one: its Decision's
+	// Ticket is set and must be given back to Release exactly once.
+	// Otherwise (a refusal, or without take) nothing is taken. A hit of
+	// cost 0 reads its key's places.
+	Take(ctx context.Context, hits []Hit, out []Decision, take bool) (allowed bool, err error)
+	// Release gives back the places named by the tickets of p (a zero
+	// Ticket is skipped). It never blocks on the request's context.
+	Release(p []Place)
+}
+
+// Place is one place taken: the hit as decided and its Decision's Ticket.
+type Place struct {
+	Hit    Hit
+	Ticket Ticket
+}
+
+// placeWait is the Retry-After and X-RateLimit-Reset of a concurrency
+// rule: a place may be freed at any moment.
+const placeWait = time.Second
+
+// placeDecision is the decision of a hit of cost on a key with n places
+// taken of limit; Remaining is after the hit's place when it fits.
+func placeDecision(n, limit, cost int64) Decision {
+	d := Decision{Limit: limit, ResetAfter: placeWait}
+	if n > 0 {
+		d.NextAfter = placeWait
+	}
+	if cost == 0 || n < limit {
+		d.Allowed = true
+		d.Remaining = max(limit-n-min(cost, 1), 0)
+		return d
+	}
+	d.Remaining = max(limit-n, 0)
+	d.RetryAfter = placeWait
+	return d
+}
+
+// MemoryPlaces keeps the places of one instance in process.
+type MemoryPlaces struct {
+	mu sync.Mutex
+	n  map[stateKey]int64
+}
+
+var _ Places = (*MemoryPlaces)(nil)
+
+// NewMemoryPlaces returns an empty in-process Places.
+func NewMemoryPlaces() *MemoryPlaces { return &MemoryPlaces{n: make(map[stateKey]int64)} }
+
+// Take implements Places, in one critical section.
+func (m *MemoryPlaces) Take(_ context.Context, hits []Hit, out []Decision, take bool) (bool, error) {
+	if err := checkPlaces(hits, out); err != nil {
+		return false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	allowed := true
+	for i := range hits {
+		h := &hits[i]
+		limit, _ := h.Limits()
+		out[i] = placeDecision(m.n[stateKey{rule: h.Rule.Name, key: h.Key.s}], limit, h.Cost)
+		if !h.Rule.Shadow {
+			allowed = allowed && out[i].Allowed
+		}
+	}
+	if !allowed || !take {
+		return allowed, nil
+	}
+	for i := range hits {
+		if out[i].Allowed && hits[i].Cost > 0 {
+			m.n[stateKey{rule: hits[i].Rule.Name, key: hits[i].Key.s}]++
+			out[i].NextAfter = placeWait
+			out[i].Ticket = Ticket{set: true}
+		}
+	}
+	return true, nil
+}
+
+// Release implements Places.
+func (m *MemoryPlaces) Release(p []Place) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range p {
+		if p[i].Ticket.IsZero() || p[i].Hit.Rule == nil {
+			continue
+		}
+		k := stateKey{rule: p[i].Hit.Rule.Name, key: p[i].Hit.Key.s}
+		if n := m.n[k]; n > 1 {
+			m.n[k] = n - 1
+		} else {
+			delete(m.n, k)
+		}
+	}
+}
+
+// checkPlaces reports a malformed batch of concurrency hits.
+func checkPlaces(hits []Hit, out []Decision) error {
+	if len(out) < len(hits) {
+		return ErrBatch
+	}
+	for i := range hits {
+		h := &hits[i]
+		if h.Rule == nil || h.Rule.Algorithm != Concurrency || h.Cost < 0 {
+			return ErrBatch
+		}
+		if limit, _ := h.Limits(); limit < 0 {
+			return ErrBatch
+		}
+	}
+	return nil
+}
+
+// WithPlaces returns a Store that decides the hits of Concurrency rules
+// with places and the others with s, all-or-nothing: places are taken
+// first (a refusal among them leaves s's hits only peeked, for their
+// decisions), then s decides; when it refuses or fails, the places are
+// given back. The caller releases the places of an admitted batch
+// (Places.Release with the hits and their Decisions' Tickets) when the
+// request ends. A batch without a Concurrency hit goes to s as it is.
+func WithPlaces(s Store, places Places) Store { return &placed{Store: s, places: places} }
+
+type placed struct {
+	Store
+	places Places
+}
+
+// split copies the concurrency hits of hits into c and the others into o,
+// with their indexes; ok is false when there is none.
+func split(hits []Hit, c, o *[]Hit, ci, oi *[]int) bool {
+	any := false
+	for i := range hits {
+		if hits[i].Rule != nil && hits[i].Rule.Algorithm == Concurrency {
+			any = true
+			break
+		}
+	}
+	if !any {
+		return false
+	}
+	for i := range hits {
+		if hits[i].Rule != nil && hits[i].Rule.Algorithm == Concurrency {
+			*c, *ci = append(*c, hits[i]), append(*ci, i)
+		} else {
+			*o, *oi = append(*o, hits[i]), append(*oi, i)
+		}
+	}
+	return true
+}
+
+func (p *placed) Decide(ctx context.Context, hits []Hit, now time.Time, out []Decision) (bool, error) {
+	return p.evaluate(ctx, hits, now, out, true)
+}
+
+func (p *placed) Peek(ctx context.Context, hits []Hit, now time.Time, out []Decision) (bool, error) {
+	return p.evaluate(ctx, hits, now, out, false)
+}
+
+func (p *placed) evaluate(ctx context.Context, hits []Hit, now time.Time, out []Decision, record bool) (bool, error) {
+	var cBuf, oBuf [maxInlineHits]Hit
+	var ciBuf, oiBuf [maxInlineHits]int
+	c, o, ci, oi := cBuf[:0], oBuf[:0], ciBuf[:0], oiBuf[:0]
+	if !split(hits, &c, &o, &ci, &oi) {
+		if record {
+			return p.Store.Decide(ctx, hits, now, out)
+		}
+		return p.Store.Peek(ctx, hits, now, out)
+	}
+	if len(out) < len(hits) {
+		return false, ErrBatch
+	}
+	var cdBuf, odBuf [maxInlineHits]Decision
+	cd, od := cdBuf[:0], odBuf[:0]
+	cd, od = append(cd, make([]Decision, len(c))...), append(od, make([]Decision, len(o))...)
+	defer func() {
+		for j, i := range ci {
+			out[i] = cd[j]
+		}
+		for j, i := range oi {
+			out[i] = od[j]
+		}
+	}()
+	allowed, err := p.places.Take(ctx, c, cd, record)
+	if err != nil {
+		return false, err
+	}
+	if len(o) == 0 {
+		return allowed, nil
+	}
+	if !allowed || !record {
+		ok, err := p.Store.Peek(ctx, o, now, od)
+		return ok && allowed, err
+	}
+	ok, err := p.Store.Decide(ctx, o, now, od)
+	if err != nil || !ok {
+		p.giveBack(c, cd)
+	}
+	return ok, err
+}
+
+// giveBack releases the places taken for c (a batch refused after they
+// were taken): their decisions show the place free again.
+func (p *placed) giveBack(c []Hit, cd []Decision) {
+	var buf [maxInlineHits]Place
+	taken := buf[:0]
+	for j := range c {
+		if !cd[j].Ticket.IsZero() {
+			taken = append(taken, Place{Hit: c[j], Ticket: cd[j].Ticket})
+			cd[j].Ticket = Ticket{}
+			cd[j].Remaining = min(cd[j].Remaining+1, cd[j].Limit)
+		}
+	}
+	p.places.Release(taken)
+}
+
+// Reset forgets s's counters; places in flight are requests still running
+// and stay until they end.
+func (p *placed) Reset(ctx context.Context, rule *Rule, key Key) error {
+	if rule != nil && rule.Algorithm == Concurrency {
+		return nil
+	}
+	return p.Store.Reset(ctx, rule, key)
+}
+
+// Settle passes s the settlements of its own hits (a place is released,
+// never settled).
+func (p *placed) Settle(ctx context.Context, s []Settlement, now time.Time) error {
+	for i := range s {
+		if s[i].Hit.Rule != nil && s[i].Hit.Rule.Algorithm == Concurrency {
+			kept := make([]Settlement, 0, len(s))
+			for j := range s {
+				if s[j].Hit.Rule == nil || s[j].Hit.Rule.Algorithm != Concurrency {
+					kept = append(kept, s[j])
+				}
+			}
+			if len(kept) == 0 {
+				return nil
+			}
+			return p.Store.Settle(ctx, kept, now)
+		}
+	}
+	return p.Store.Settle(ctx, s, now)
+}

@@ -1,0 +1,265 @@
+package proxy_test
+
+import (
+	"context"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// holdingUpstream answers by the request's X-Mode: "hold" waits until
+// release is closed, "stream" writes a chunk every 5 ms until release is
+// closed, "fail" drops the connection (the proxy answers 502), anything
+// else answers at once. arrived counts requests that reached it.
+type holdingUpstream struct {
+	srv     *httptest.Server
+	release chan struct{}
+	arrived chan struct{}
+}
+
+func newHoldingUpstream(t *testing.T) *holdingUpstream {
+	u := &holdingUpstream{release: make(chan struct{}), arrived: make(chan struct{}, 1000)}
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		u.arrived <- struct{}{}
+		switch r.Header.Get("X-Mode") {
+		case "hold":
+			select {
+			case <-u.release:
+			case <-r.Context().Done():
+			}
+		case "stream":
+			for {
+				io.WriteString(w, "data: x\n\n")
+				w.(http.Flusher).Flush()
+				select {
+				case <-u.release:
+					return
+				case <-r.Context().Done():
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		case "fail":
+			c, _, _ := w.(http.Hijacker).Hijack()
+			c.Close()
+			return
+		}
+		io.WriteString(w, `{"ok":true}`)
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+const concRules = `
+[[rule]]
+name      = "conc"
+paths     = ["/api/chat"]
+key       = ["header:X-Team"]
+algorithm = "concurrency"
+limit     = 2
+`
+
+// inFlight is the admin API's used for the team's key.
+func inFlight(t *testing.T, f *fixture, team string) int {
+	t.Helper()
+	code, m := f.adminDo(t, "GET", "/admin/limits/conc?key=header:X-Team%3D"+team, "", "")
+	if code != 200 {
+		t.Fatalf("admin: %d %v", code, m)
+	}
+	used, rem, limit := m["used"].(float64), m["remaining"].(float64), m["limit"].(float64)
+	if m["algorithm"] != "concurrency" || used+rem != limit || m["reset_after_seconds"] != 1.0 {
+		t.Fatalf("view %v", m)
+	}
+	return int(used)
+}
+
+// awaitInFlight waits (bounded) until the key has n requests in flight: a
+// client's departure reaches the server's handler asynchronously.
+func awaitInFlight(t *testing.T, f *fixture, team string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := inFlight(t, f, team)
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("in flight %d, want %d", got, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func postTeam(ctx context.Context, url, team, mode string) (*http.Response, error) {
+	r, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/api/chat", strings.NewReader(`{"message":"hi"}`))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("X-Team", team)
+	r.Header.Set("X-Mode", mode)
+	return http.DefaultClient.Do(r)
+}
+
+func TestConcurrencyRule(t *testing.T) {
+	u := newHoldingUpstream(t)
+	f := newFixture(t, upstreamAt(u.srv.URL), rules(t, concRules))
+	srv := httptest.NewServer(f.handler)
+	t.Cleanup(srv.Close)
+
+	// Two held requests take both places.
+	done := make(chan *http.Response, 2)
+	for range 2 {
+		go func() {
+			resp, err := postTeam(context.Background(), srv.URL, "t", "hold")
+			if err != nil {
+				t.Error(err)
+			}
+			done <- resp
+		}()
+	}
+	<-u.arrived
+	<-u.arrived
+	if n := inFlight(t, f, "t"); n != 2 {
+		t.Fatalf("in flight %d, want 2", n)
+	}
+	w := f.do("/api/chat", "203.0.113.7:1", "X-Team", "t")
+	h := w.Header()
+	if w.Code != 429 || h.Get("Retry-After") != "1" || h.Get("X-Ratelimit-Limit") != "2" ||
+		h.Get("X-Ratelimit-Remaining") != "0" || h.Get("X-Ratelimit-Reset") != "1" {
+		t.Fatalf("3rd: %d %v %s", w.Code, h, w.Body)
+	}
+	if b := body429(t, w); b.RetryAfter != 1 || b.DeniedBy != "conc" {
+		t.Fatalf("3rd body %+v", b)
+	}
+	// Another key has its own places.
+	if w := f.do("/api/chat", "203.0.113.7:1", "X-Team", "other"); w.Code != 200 || w.Header().Get("X-Ratelimit-Remaining") != "1" {
+		t.Fatalf("other key: %d %v", w.Code, w.Header())
+	}
+	<-u.arrived
+
+	// The end of a response frees its place at once.
+	close(u.release)
+	for range 2 {
+		resp := <-done
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("X-Ratelimit-Limit") != "2" {
+			t.Fatalf("held: %d %v", resp.StatusCode, resp.Header)
+		}
+	}
+	awaitInFlight(t, f, "t", 0)
+	if w := f.do("/api/chat", "203.0.113.7:1", "X-Team", "t"); w.Code != 200 || w.Header().Get("X-Ratelimit-Remaining") != "1" ||
+		w.Header().Get("X-Ratelimit-Reset") != "1" {
+		t.Fatalf("after release: %d %v", w.Code, w.Header())
+	}
+	if n := inFlight(t, f, "t"); n != 0 {
+		t.Fatalf("in flight after a normal end: %d", n)
+	}
+}
+
+func TestConcurrencyReleasedOnEveryEnding(t *testing.T) {
+	u := newHoldingUpstream(t)
+	f := newFixture(t, upstreamAt(u.srv.URL), rules(t, concRules+`
+[[rule]]
+name  = "window"
+paths = ["/api/chat"]
+key   = ["header:X-Team"]
+limit = 1
+`))
+	srv := httptest.NewServer(f.handler)
+	t.Cleanup(srv.Close)
+
+	// The upstream fails: 502, and the place is free.
+	resp, err := postTeam(context.Background(), srv.URL, "t", "fail")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 502 {
+		t.Fatalf("upstream failure: %d", resp.StatusCode)
+	}
+	<-u.arrived
+	awaitInFlight(t, f, "t", 0)
+
+	// Refused by another rule after the place was taken: given back.
+	if w := f.do("/api/chat", "203.0.113.7:1", "X-Team", "t"); w.Code != 429 {
+		t.Fatalf("window: %d", w.Code)
+	} else if b := body429(t, w); b.DeniedBy != "window" {
+		t.Fatalf("denied by %q", b.DeniedBy)
+	}
+	if n := inFlight(t, f, "t"); n != 0 {
+		t.Fatalf("in flight after another rule refused: %d", n)
+	}
+
+	// A stream to its last byte, and a client gone mid-stream.
+	f2 := newFixture(t, upstreamAt(u.srv.URL), rules(t, concRules))
+	srv2 := httptest.NewServer(f2.handler)
+	t.Cleanup(srv2.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	resp, err = postTeam(ctx, srv2.URL, "s", "stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-u.arrived
+	buf := make([]byte, 9)
+	if _, err := io.ReadFull(resp.Body, buf); err != nil {
+		t.Fatal(err)
+	}
+	if n := inFlight(t, f2, "s"); n != 1 {
+		t.Fatalf("streaming: in flight %d", n)
+	}
+	cancel()
+	resp.Body.Close()
+	awaitInFlight(t, f2, "s", 0)
+
+	resp, err = postTeam(context.Background(), srv2.URL, "s", "stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-u.arrived
+	if n := inFlight(t, f2, "s"); n != 1 {
+		t.Fatalf("streaming: in flight %d", n)
+	}
+	close(u.release)
+	io.Copy(io.Discard, resp.Body) // to its last byte
+	resp.Body.Close()
+	awaitInFlight(t, f2, "s", 0)
+}
+
+// TestConcurrencyNoLeak ends 200 concurrent requests in every way at
+// random; afterwards none is in flight.
+func TestConcurrencyNoLeak(t *testing.T) {
+	u := newHoldingUpstream(t)
+	f := newFixture(t, upstreamAt(u.srv.URL), rules(t, strings.Replace(concRules, "limit     = 2", "limit     = 50", 1)))
+	srv := httptest.NewServer(f.handler)
+	t.Cleanup(srv.Close)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(i), 1))
+			mode := []string{"", "fail", "stream", "hold"}[rng.IntN(4)]
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(5+rng.IntN(40))*time.Millisecond)
+			defer cancel()
+			resp, err := postTeam(ctx, srv.URL, "t", mode)
+			if err != nil {
+				return // the client left
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			mu.Lock()
+			codes[resp.StatusCode]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	awaitInFlight(t, f, "t", 0)
+	t.Logf("answers: %v", codes)
+}
