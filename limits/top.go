@@ -154,7 +154,9 @@ func (m *Memory) Top(ctx context.Context, q TopQuery, now time.Time) (TopResult,
 		return TopResult{}, err
 	}
 	ns := now.UnixNano()
-	span, isBucket := int64(q.Rule.Window), q.Rule.Algorithm == TokenBucket
+	// Matched as the store makes counters (getEntry): the rule's span and
+	// algorithm.
+	span, isBucket, isCalendar := q.Rule.span(), q.Rule.Algorithm == TokenBucket, q.Rule.Algorithm == Calendar
 	t := newTopN(q.N)
 	for i := range m.shards {
 		if err := ctx.Err(); err != nil {
@@ -172,10 +174,10 @@ func (m *Memory) Top(ctx context.Context, q TopQuery, now time.Time) (TopResult,
 			work++
 			// A counter made under another algorithm or window is one
 			// Peek reads as fresh: it holds nothing for the rule as it is.
-			if k.rule != q.Rule.Name || e.w.span != span || e.isBucket != isBucket || e.idle(ns) {
+			if k.rule != q.Rule.Name || e.w.span != span || e.isBucket != isBucket || e.isCalendar != isCalendar || e.idle(ns) {
 				continue
 			}
-			if !isBucket {
+			if !isBucket && !isCalendar {
 				work += int(e.w.size)
 			}
 			h := q.hit(Key{s: k.key})

@@ -110,10 +110,10 @@ func (v *Verifier) fetch(ctx context.Context, why string) error {
 	if err == nil {
 		set, skipped, err = parseKeySet(data)
 	}
-	if v.onFetch != nil {
-		v.onFetch(err == nil)
-	}
 	if err != nil {
+		if v.onFetch != nil {
+			v.onFetch(false)
+		}
 		if v.src.file {
 			err = fmt.Errorf("jwtauth: key set file %s: %w", v.src.where, err)
 		} else {
@@ -138,6 +138,10 @@ func (v *Verifier) fetch(ctx context.Context, why string) error {
 		if v.keys.CompareAndSwap(cur, set) {
 			break
 		}
+	}
+	// Told only now, so that whoever hears "ok" finds the keys in place.
+	if v.onFetch != nil {
+		v.onFetch(true)
 	}
 	level := v.log.Debug
 	if why != "refresh" {
