@@ -78,6 +78,7 @@ type budget struct {
 	unsent  bool          // refused after admission, before leaving for the upstream: nothing is charged
 	input   int64         // the input estimate
 	model   string
+	learn   bool // one answer of one choice: its output teaches OUTPUT_TOKEN_RESERVE = "learned"
 }
 
 // meteredCost sets the cost of a token or money rule's hit. include is
@@ -120,9 +121,19 @@ func hiddenInput(in *keyInput) string {
 func (x *exchange) tokenCost(c costKind) int64 {
 	cost := int64(x.est.Tokens)
 	if c == costTotal {
-		cost = min(cost+requestedOutput(&x.keys, x.pol.cfg.OutputTokenReserve, int64(x.est.Batch)), maxReserve)
+		cost = min(cost+requestedOutput(&x.keys, x.outputReserve(), int64(x.est.Batch)), maxReserve)
 	}
 	return cost
+}
+
+// outputReserve is the output reserved for this request when it names no
+// cap: OUTPUT_TOKEN_RESERVE, or what was learned for its model.
+func (x *exchange) outputReserve() int64 {
+	c := x.pol.cfg
+	if !c.OutputReserveLearned {
+		return c.OutputTokenReserve
+	}
+	return x.p.learner.reserve(x.keys.model, c.OutputTokenReserveMin)
 }
 
 // requestedOutput is the output a request may produce: the largest of
@@ -250,6 +261,8 @@ func (x *exchange) admitted() {
 		b.model = in.model
 	}
 	b.stream = truthy(in.bodyField("stream"))
+	n, named := tokenNumber(in.bodyField("n"))
+	b.learn = x.pol.cfg.OutputReserveLearned && x.est.Batch == 0 && (!named || n <= 1)
 	if x.est.Batch > 0 {
 		// A batch's answer is an array with no usage of its own: its
 		// reservation (every member's output) is its charge.
@@ -374,6 +387,9 @@ func (p *Proxy) settle(x *exchange, res usage.Result) {
 	if res.Reported {
 		actual = res.Usage.Total()
 		p.ruleSet.budget.estimateError(b.model, res.Usage.Input-b.input)
+		if b.learn && !b.unsent {
+			p.learner.learn(b.model, res.Usage.Output, x.pol.cfg.OutputTokenReserveMin)
+		}
 	}
 	var spent int64
 	if b.price != nil && !b.unsent {
@@ -429,6 +445,7 @@ type tokenMetrics struct {
 type budgetMetrics struct {
 	reserved, settled, refunded, overrun *prometheus.CounterVec
 	estimate                             *prometheus.HistogramVec
+	outputReserve                        *prometheus.GaugeVec // OUTPUT_TOKEN_RESERVE = "learned"
 	mu                                   sync.Mutex
 	models                               map[string]prometheus.Observer
 }
@@ -455,9 +472,13 @@ func newBudgetMetrics(reg prometheus.Registerer) (*budgetMetrics, error) {
 			Help:    "Input tokens the upstream reported minus the proxy's estimate, per model (at most 64 model labels, then \"other\").",
 			Buckets: []float64{-1000, -300, -100, -30, -10, -3, -1, 0, 1, 3, 10, 30, 100, 300, 1000},
 		}, []string{"model"}),
+		outputReserve: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ratelimit_proxy_output_reserve_tokens",
+			Help: "With OUTPUT_TOKEN_RESERVE = \"learned\": the output tokens reserved for a request of this model that names no cap (the 95th percentile of its last 1000 settled outputs on this instance, never below OUTPUT_TOKEN_RESERVE_MIN; at most 64 model labels, then \"other\").",
+		}, []string{"model"}),
 		models: map[string]prometheus.Observer{},
 	}
-	for _, c := range []prometheus.Collector{m.reserved, m.settled, m.refunded, m.overrun, m.estimate} {
+	for _, c := range []prometheus.Collector{m.reserved, m.settled, m.refunded, m.overrun, m.estimate, m.outputReserve} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

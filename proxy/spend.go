@@ -115,7 +115,7 @@ func (x *exchange) usdCost(ru *rule) (cost int64, priced bool, d *denial) {
 			logged("rule", ru.lim.Name, "reason", codeUnpricedModel, "path", x.r.URL.Path)
 	}
 	x.budget.price, x.budget.model = price, model
-	out := requestedOutput(in, x.pol.cfg.OutputTokenReserve, int64(x.est.Batch))
+	out := requestedOutput(in, x.outputReserve(), int64(x.est.Batch))
 	return reserveUSD(price, int64(x.est.Tokens), out), true, nil
 }
 
