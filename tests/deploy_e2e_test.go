@@ -147,7 +147,7 @@ func TestDeployAgainstPrometheus(t *testing.T) {
 	// JWT_HS256_SECRET: the JWT families exist (the callers' plain
 	// bearer tokens below are API keys still).
 	p := startProxy(t, up.URL, map[string]string{"REDIS_URL": redis.URL(), "REDIS_TIMEOUT": "500ms",
-		"FAIL_OPEN": "local", "JWT_HS256_SECRET": deployJWTSecret}, "-config", cfg)
+		"FAIL_OPEN": "local", "JWT_HS256_SECRET": deployJWTSecret, "OUTPUT_TOKEN_RESERVE": "learned"}, "-config", cfg)
 
 	// A second proxy, in memory with STATE_FILE (ignored with Redis): the
 	// state file's families, saved every 200 ms. Its own upstream, so as
