@@ -151,6 +151,9 @@ func New(o Options) (*Proxy, error) {
 	if p.ruleSet, err = newRuleMetricSet(o.Registerer); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
+	if err = o.Registerer.Register(newRuleInfo(p)); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
 	if p.reloads, err = newReloadMetrics(o.Registerer); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
