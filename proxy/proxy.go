@@ -153,6 +153,9 @@ func New(o Options) (*Proxy, error) {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	p.learner = newOutputLearner(p.ruleSet.budget.outputReserve)
+	if err = o.Registerer.Register(newRuleInfo(p)); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
 	if p.reloads, err = newReloadMetrics(o.Registerer); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}

@@ -87,11 +87,13 @@ input  = 3.00
 output = 15.00
 
 [[rule]]
-name   = "spend-per-caller"
-paths  = ["/v1/messages"]
-cost   = "usd"
-limit  = 100.00
-window = "24h"
+name      = "spend-per-caller"
+paths     = ["/v1/messages"]
+cost      = "usd"
+limit     = 100.00
+algorithm = "calendar"
+window    = "month"
+timezone  = "Europe/Rome"
 
 [[upstream_group]]
 name          = "chat"
