@@ -55,3 +55,29 @@ window = "1m"
 		t.Fatalf("another model: reserved %d", got)
 	}
 }
+
+// The cookbook's learned-reserve.toml: the floor of 128 while a model
+// learns, then what it wrote.
+func TestCookbookLearnedReserve(t *testing.T) {
+	_, url := newLLM(t)
+	f := newFixture(t, upstreamAt(url), cookbook(t, "learned-reserve.toml", "UPSTREAM_URL", url))
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hi"}]}`
+	est := estimate(t, "/v1/chat/completions", body)
+	reserved := func() int64 {
+		t.Helper()
+		before := metric(t, f, "ratelimit_proxy_tokens_reserved_total", map[string]string{"rule": "tokens-per-day"})
+		if w := f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", body, "X-Test-Usage", "9,60"); w.Code != 200 {
+			t.Fatalf("%d %s", w.Code, w.Body)
+		}
+		return int64(metric(t, f, "ratelimit_proxy_tokens_reserved_total", map[string]string{"rule": "tokens-per-day"}) - before)
+	}
+	for i := range 100 {
+		if got := reserved(); got != est+128 {
+			t.Fatalf("answer %d: reserved %d, want %d + 128", i+1, got, est)
+		}
+	}
+	// Every answer wrote 60: under the floor, the floor stays.
+	if got := reserved(); got != est+128 {
+		t.Fatalf("learned under the floor: reserved %d", got)
+	}
+}
