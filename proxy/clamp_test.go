@@ -265,3 +265,100 @@ func TestClampNeverOvershoots(t *testing.T) {
 		})
 	}
 }
+
+const clampUSDRule = `
+[[rule]]
+name   = "spend"
+key    = ["global"]
+cost   = "usd"
+output = "clamp"
+limit  = %s
+window = "1h"
+
+[price."gpt-4o*"]
+input  = 2.50
+output = 10.00
+`
+
+// A usd rule clamps to the money that remains after the input's price,
+// at the output price per token, rounded down; below min_output it is
+// refused with insufficient_quota; concurrent requests never spend more
+// than the limit.
+func TestClampUSD(t *testing.T) {
+	_, url := newGreedy(t)
+	f := newFixture(t, budgetRules(t, url, fmt.Sprintf(clampUSDRule, "0.01"))...)
+	body := hiBody + `,"max_tokens":5000}`
+	est := estimate(t, "/v1/chat/completions", body)
+	p := strconv.FormatInt(est, 10)
+	base := (est*25 + 9) / 10 // 2.50 $/M tokens = 2.5 µ$ a token, rounded up
+	want := (10000 - base) / 10
+	w := f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", body, "X-Test-Prompt", p)
+	if w.Code != 200 || header(w, "X-Ratelimit-Output-Clamped") != want {
+		t.Fatalf("want a cap of %d: %d %v %s", want, w.Code, w.Header(), w.Body)
+	}
+	w = f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", body, "X-Test-Prompt", p)
+	if w.Code != 429 || !strings.Contains(w.Body.String(), `"insufficient_quota"`) {
+		t.Fatalf("spent: %d %s", w.Code, w.Body)
+	}
+	code, m := f.adminDo(t, "GET", "/admin/limits/spend?top=1", "", "")
+	if keys, _ := m["keys"].([]any); code != 200 || len(keys) != 1 || keys[0].(map[string]any)["used"].(float64) > 0.01 {
+		t.Fatalf("admin: %d %v", code, m)
+	}
+
+	for _, store := range []string{"memory", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			g, url := newGreedy(t)
+			opts := budgetRules(t, url, fmt.Sprintf(clampUSDRule, "1.00"))
+			if store == "redis" {
+				redistest.Require(t)
+				opts = append(opts, onRedis(t))
+			}
+			f := newFixture(t, opts...)
+			var wg sync.WaitGroup
+			for c := range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rng := rand.New(rand.NewPCG(uint64(c), 31))
+					for range 12 {
+						body := fmt.Sprintf(`{"model":"gpt-4o","messages":[{"role":"user","content":"%s"}],"stream":%v,"max_tokens":%d}`,
+							strings.Repeat("more ", 1+rng.IntN(50)), rng.IntN(2) == 0, 1+rng.IntN(30000))
+						est := estimate(t, "/v1/chat/completions", body)
+						w := f.send("/v1/chat/completions", fmt.Sprintf("203.0.113.%d:1", c), "application/json", body, "X-Test-Prompt", strconv.FormatInt(est, 10))
+						if w.Code != 200 && w.Code != 429 {
+							t.Errorf("%d %s", w.Code, w.Body)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			code, m := f.adminDo(t, "GET", "/admin/limits/spend?top=1", "", "")
+			keys, _ := m["keys"].([]any)
+			if code != 200 || len(keys) != 1 {
+				t.Fatalf("admin: %d %v", code, m)
+			}
+			used := keys[0].(map[string]any)["used"].(float64)
+			if used > 1.00 || used < 0.9 || g.uncapped.Load() > 0 {
+				t.Fatalf("spent $%v of $1.00 (%d uncapped)", used, g.uncapped.Load())
+			}
+			t.Logf("spent $%v of $1.00, %d output tokens", used, g.reported.Load())
+		})
+	}
+}
+
+// GET /admin/rules shows a budget rule's output option.
+func TestClampAdminRules(t *testing.T) {
+	_, url := newGreedy(t)
+	f := newFixture(t, budgetRules(t, url, fmt.Sprintf(clampRule, 1000)+"min_output = 32\n"+`
+[[rule]]
+name   = "plain"
+cost   = "total_tokens"
+limit  = 1000
+`)...)
+	code, m := f.adminDo(t, "GET", "/admin/rules", "", "")
+	b, _ := json.Marshal(m)
+	if code != 200 || !strings.Contains(string(b), `"min_output":32,`) || !strings.Contains(string(b), `"output":"clamp"`) ||
+		!strings.Contains(string(b), `"output":"reserve"`) {
+		t.Fatalf("%d %s", code, b)
+	}
+}
