@@ -2,6 +2,7 @@ package limits_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -153,5 +154,28 @@ func clusterClamp(t *testing.T, c *redistest.Cluster) {
 	}
 	if out[0].Output != 90 || out[1].Output != 90 || batch[1].Cost != 100 || batch[0].Cost < 100 {
 		t.Fatalf("outputs %d %d costs %d %d", out[0].Output, out[1].Output, batch[0].Cost, batch[1].Cost)
+	}
+}
+
+// Fallback: a clamping hit decided by the local store while the shared
+// one is down is charged what fits of the local share, and the caller's
+// hit says so (its settlement corrects that charge).
+func TestClampFallback(t *testing.T) {
+	srv := redistest.Start(t)
+	rs := newRedisStore(t, srv, true)
+	f := limits.NewFallback(rs, limits.NewMemory(limits.MemoryOptions{}), 2)
+	rs.MarkDown(errors.New("test: Redis is down"))
+	r := sw("tokens", 100, time.Hour) // 50 locally
+	hits := []limits.Hit{clampHit(r, "k", 10, 1, 500, 16)}
+	out := make([]limits.Decision, 1)
+	if ok, err := f.Decide(context.Background(), hits, at(0), out); !ok || err != nil || hits[0].Cost != 50 || out[0].Output != 40 {
+		t.Fatalf("%v %v cost %d %+v", ok, err, hits[0].Cost, out[0])
+	}
+	if err := f.Settle(context.Background(), []limits.Settlement{{Hit: hits[0], Ticket: out[0].Ticket, Actual: 20}}, at(0)); err != nil {
+		t.Fatal(err)
+	}
+	hits2 := []limits.Hit{clampHit(r, "k", 10, 1, 500, 16)}
+	if ok, err := f.Decide(context.Background(), hits2, at(0), out); !ok || err != nil || hits2[0].Cost != 30 {
+		t.Fatalf("after settling 50 down to 20, 30 should remain: %v %v cost %d %+v", ok, err, hits2[0].Cost, out[0])
 	}
 }
