@@ -402,7 +402,6 @@ func (x *exchange) admitted() *denial {
 			sent, b.clamped = capped, o
 			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(sent)), int64(len(sent))
 			r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(sent)), nil }
-			x.ResponseWriter.Header()["X-Ratelimit-Output-Clamped"] = []string{strconv.FormatInt(o, 10)}
 		}
 	}
 	if !b.settle || (x.format != tokens.FormatChat && x.format != tokens.FormatCompletions) {
