@@ -362,3 +362,36 @@ limit  = 1000
 		t.Fatalf("%d %s", code, b)
 	}
 }
+
+// Disguised caps end to end: an escaped member name is read and lowered
+// as the plain one; a cap given twice (any spelling) is a 400 under a
+// clamping rule as under any total_tokens rule; an upstream's own
+// x-ratelimit-output-clamped does not replace the proxy's.
+func TestClampDisguises(t *testing.T) {
+	g := &greedy{}
+	spoof := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Ratelimit-Output-Clamped", "999999")
+		g.ServeHTTP(w, r)
+	}))
+	t.Cleanup(spoof.Close)
+	f := newFixture(t, budgetRules(t, spoof.URL, fmt.Sprintf(clampRule, 1000))...)
+	body := hiBody + `,"max\u005ftokens":   5e5}`
+	est := estimate(t, "/v1/chat/completions", body)
+	want := strconv.FormatInt(1000-est, 10)
+	w := f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", body, "X-Test-Prompt", strconv.FormatInt(est, 10))
+	if w.Code != 200 || g.bodies[0] != hiBody+`,"max\u005ftokens":   `+want+`}` || w.Header().Get("X-Ratelimit-Output-Clamped") != want {
+		t.Fatalf("escaped name: %d %s %v", w.Code, g.bodies[0], w.Header())
+	}
+	if g.reported.Load() != 1000 {
+		t.Fatalf("reported %d", g.reported.Load())
+	}
+	for _, twice := range []string{hiBody + `,"max_tokens":10,"max_tokens":5000}`, hiBody + `,"max_tokens":10,"MAX_TOKENS":5000}`} {
+		w := f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", twice)
+		if w.Code != 400 || !strings.Contains(w.Body.String(), "duplicate member") {
+			t.Fatalf("%s: %d %s", twice, w.Code, w.Body)
+		}
+	}
+	if len(g.bodies) != 1 {
+		t.Fatalf("%d requests reached the upstream", len(g.bodies))
+	}
+}
