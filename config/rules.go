@@ -30,12 +30,18 @@ type Rule struct {
 	// Period is a calendar rule's window: "day", "week" (ISO, from
 	// Monday) or "month"; Timezone the IANA zone whose midnight starts a
 	// period ("UTC" by default) and Location that zone loaded.
-	Period    string
-	Timezone  string
-	Location  *time.Location
-	Burst     int64 // token_bucket: capacity; meaningful when BurstSet
-	BurstSet  bool
-	Cost      string // CostRequests, CostInputTokens or CostTotalTokens
+	Period   string
+	Timezone string
+	Location *time.Location
+	Burst    int64 // token_bucket: capacity; meaningful when BurstSet
+	BurstSet bool
+	Cost     string // CostRequests, CostInputTokens or CostTotalTokens
+	// Output is what a total_tokens or usd rule does with the output a
+	// request may produce: OutputReserve (reserve what it asks for) or
+	// OutputClamp (lower its output cap to what the budget has left).
+	// MinOutput is the smallest cap a clamping rule sends (default 16).
+	Output    string
+	MinOutput int64
 	Action    string // "reject", "delay" or "shadow"
 	MaxDelay  time.Duration
 	Tiers     []Tier     // sorted by plan
@@ -83,6 +89,10 @@ const (
 	CostInputTokens = "input_tokens" // the input estimate, charged at admission (SPEC §8)
 	CostTotalTokens = "total_tokens" // estimate plus requested output, settled to the reported usage
 	CostUSD         = "usd"          // dollars at the [price] tables' prices, reserved and settled (SPEC §8.1)
+	OutputReserve   = "reserve"      // the requested output is reserved, never shrunk (SPEC §8)
+	OutputClamp     = "clamp"        // the output cap is lowered to what the budget has left (SPEC §8.2)
+	// DefaultMinOutput is a clamping rule's smallest output cap.
+	DefaultMinOutput = 16
 )
 
 // BuiltinRule is the name of the rule CHAT_RPM makes.
@@ -92,7 +102,7 @@ var ruleName = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
 
 // ruleFields are the keys a [[rule]] table may have.
 var ruleFields = []string{"name", "paths", "methods", "when", "unless", "key", "on_missing_key", "algorithm", "limit", "window",
-	"timezone", "burst", "cost", "action", "max_delay", "tiers", "overrides"}
+	"timezone", "burst", "cost", "output", "min_output", "action", "max_delay", "tiers", "overrides"}
 
 // decodeRules reads the file's [[rule]] tables. Each problem is one error
 // naming the rule and the field: rule "sifen-per-ruc": window "10": missing unit.
@@ -124,7 +134,8 @@ func decodeRules(raw any) ([]Rule, []error) {
 
 func decodeRule(i int, t map[string]any) (Rule, []error) {
 	r := Rule{Methods: []string{http.MethodPost}, Key: []string{"caller"}, OnMissingKey: MissingSkip,
-		Algorithm: AlgSlidingWindow, Window: time.Minute, Cost: CostRequests, Action: ActionReject, Limit: -1}
+		Algorithm: AlgSlidingWindow, Window: time.Minute, Cost: CostRequests, Action: ActionReject, Limit: -1,
+		Output: OutputReserve, MinOutput: DefaultMinOutput}
 	label := fmt.Sprintf("rule #%d", i+1)
 	if s, ok := t["name"].(string); ok && s != "" {
 		r.Name = s
@@ -186,6 +197,18 @@ func decodeRule(i int, t map[string]any) (Rule, []error) {
 	strField("on_missing_key", &r.OnMissingKey)
 	strField("algorithm", &r.Algorithm)
 	strField("cost", &r.Cost)
+	strField("output", &r.Output)
+	if v, ok := t["min_output"]; ok {
+		n, err := wholeNumber(v)
+		switch {
+		case err != nil || n < 1:
+			bad("min_output", v, "must be an integer ≥ 1 (output tokens)")
+		case r.Output != OutputClamp:
+			bad("min_output", v, `only with output = "clamp"`)
+		default:
+			r.MinOutput = n
+		}
+	}
 	strField("action", &r.Action)
 	if r.Algorithm == AlgCalendar {
 		r.Window = 0
@@ -531,7 +554,11 @@ func (c *Config) writeRules(w io.Writer) error {
 			}
 			fmt.Fprintf(&b, "burst = %s\n", show(burst))
 		}
-		fmt.Fprintf(&b, "cost = %q\naction = %q\n", r.Cost, r.Action)
+		fmt.Fprintf(&b, "cost = %q\n", r.Cost)
+		if r.Output == OutputClamp {
+			fmt.Fprintf(&b, "output = %q\nmin_output = %d\n", r.Output, r.MinOutput)
+		}
+		fmt.Fprintf(&b, "action = %q\n", r.Action)
 		if r.Action == ActionDelay {
 			fmt.Fprintf(&b, "max_delay = %q\n", durationText(r.MaxDelay))
 		}

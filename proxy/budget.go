@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"math"
@@ -79,6 +80,10 @@ type budget struct {
 	input   int64         // the input estimate
 	model   string
 	learn   bool // one answer of one choice: its output teaches OUTPUT_TOKEN_RESERVE = "learned"
+	// clampable: 0 not known yet, 1 the body can carry an output cap the
+	// proxy writes (output = "clamp"), -1 it cannot.
+	clampable int8
+	clamped   int64 // the output cap written into the body (0: none)
 }
 
 // meteredCost sets the cost of a token or money rule's hit. include is
@@ -91,14 +96,20 @@ func (x *exchange) meteredCost(ru *rule, h *limits.Hit) (include bool, d *denial
 			return false, d
 		}
 		h.Cost = c
+		if ru.clamp && x.clampable() {
+			x.clampUSD(ru, h)
+		}
 	} else {
 		h.Cost = x.tokenCost(ru.cost)
+		if ru.clamp && x.clampable() {
+			x.clampTokens(ru, h)
+		}
 	}
 	if x.apiPath != "" && x.est.Stopped {
 		// Past MAX_INPUT_TOKENS: the token cap refuses it, and a prompt
 		// that never reaches the model is charged nothing; the rule still
 		// shows its state.
-		h.Cost = 0
+		h.Cost, h.Clamp = 0, limits.Clamp{}
 	}
 	return true, nil
 }
@@ -134,6 +145,107 @@ func (x *exchange) outputReserve() int64 {
 		return c.OutputTokenReserve
 	}
 	return x.p.learner.reserve(x.keys.model, c.OutputTokenReserveMin)
+}
+
+// clampable reports whether the request's body can have its output cap
+// written (SPEC §8.2): one JSON object, of an API that produces output
+// (an embedding has none to cap). A body that cannot is reserved for as
+// output = "reserve" does.
+func (x *exchange) clampable() bool {
+	b := &x.budget
+	if b.clampable == 0 {
+		b.clampable = -1
+		if x.body != nil && x.format != tokens.FormatEmbeddings && tokens.Editable(x.body.bytes()) {
+			b.clampable = 1
+		}
+	}
+	return b.clampable > 0
+}
+
+// outputAsked is the output cap a request names (the largest of its cap
+// members, when one is a positive number), else reserve; and the choices
+// each produce it (n, times a batch's members).
+func outputAsked(in *keyInput, reserve, batch int64) (out, choices int64) {
+	for _, name := range outputJSON[:3] {
+		if n, ok := tokenNumber(in.bodyField(name)); ok {
+			out = max(out, n)
+		}
+	}
+	if out <= 0 {
+		out = reserve
+	}
+	choices = 1
+	if n, ok := tokenNumber(in.bodyField("n")); ok && n > 1 {
+		choices = min(n, 1<<10)
+	}
+	if batch > 1 {
+		choices *= min(batch, 1<<10)
+	}
+	return out, choices
+}
+
+// clampTokens makes a clamping total_tokens hit: the input estimate plus
+// an output the store may lower to what remains (SPEC §8.2), each token of
+// output once per choice.
+func (x *exchange) clampTokens(ru *rule, h *limits.Hit) {
+	base := int64(x.est.Tokens)
+	out, choices := outputAsked(&x.keys, x.outputReserve(), int64(x.est.Batch))
+	out = max(min(out, (maxReserve-base)/choices), 0)
+	h.Clamp = limits.Clamp{Base: base, Per: float64(choices), Max: out, Min: ru.minOutput}
+	h.Cost = base + out*choices
+}
+
+// capMember is the output cap member a request that names none gets: the
+// one its API reads (SPEC §8.2).
+func capMember(f tokens.Format, model string) string {
+	switch f {
+	case tokens.FormatResponses:
+		return "max_output_tokens"
+	case tokens.FormatChat:
+		if reasoningModel(model) {
+			return "max_completion_tokens" // OpenAI's reasoning models refuse max_tokens
+		}
+	}
+	return "max_tokens"
+}
+
+// reasoningModel reports whether model is one of OpenAI's reasoning
+// models (o1, o3, o4-mini, gpt-5 and their dated variants).
+func reasoningModel(model string) bool {
+	m := strings.ToLower(model)
+	for _, p := range [...]string{"o1", "o3", "o4", "gpt-5"} {
+		if m == p || strings.HasPrefix(m, p+"-") || strings.HasPrefix(m, p+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// capOutput writes the output cap the clamping rules decided into the
+// body that leaves for the upstream, when it lowers or adds one: its
+// bytes, for the include_usage edit after it, and the cap written (0 when
+// the body is unchanged).
+func (x *exchange) capOutput(sent []byte) ([]byte, int64, error) {
+	o := int64(-1)
+	for i, ru := range x.rules {
+		if ru.clamp && x.hits[i].Clamp.Per > 0 && x.out[i].Allowed && !x.out[i].Ticket.IsZero() {
+			fit := x.out[i].Output
+			if ru.cost == costUSD {
+				fit = x.usdFits(i, fit)
+			}
+			if o < 0 || fit < o {
+				o = fit
+			}
+		}
+	}
+	if o < 0 {
+		return sent, 0, nil
+	}
+	capped, changed, err := tokens.CapOutput(sent, capMember(x.format, x.keys.model), max(o, 1))
+	if err != nil || !changed {
+		return sent, 0, err
+	}
+	return capped, o, nil
 }
 
 // requestedOutput is the output a request may produce: the largest of
@@ -190,11 +302,21 @@ func oversized(x *exchange) int {
 		if !ru.cost.metered() || ru.action == actShadow {
 			continue
 		}
-		if x.hits[i].Cost > capacity(&x.hits[i]) {
+		if fixedCost(&x.hits[i]) > capacity(&x.hits[i]) {
 			return i
 		}
 	}
 	return -1
+}
+
+// fixedCost is the part of a hit's cost no wait can lower: all of it,
+// but for a clamping hit (SPEC §8.2) its input's, since its output is
+// lowered to what remains.
+func fixedCost(h *limits.Hit) int64 {
+	if h.Clamp.Per > 0 {
+		return h.Clamp.Base
+	}
+	return h.Cost
 }
 
 // capacity is the most a hit's rule can ever admit at once: its limit,
@@ -220,25 +342,25 @@ func (x *exchange) tooCostly(i int) *denial {
 	} else {
 		ru.metrics.refused.Inc()
 	}
-	c := capacity(h)
+	c, cost := capacity(h), fixedCost(h)
 	if ru.cost == costUSD {
 		return x.tooLarge(&x.keys.c, ru.lim.Name, codeInputTooLarge,
-			"The request's reservation of $"+config.Dollars(h.Cost)+" exceeds the limit of $"+
+			"The request's reservation of $"+config.Dollars(cost)+" exceeds the limit of $"+
 				config.Dollars(c)+" of rule "+ru.lim.Name+": it can never be admitted.").
-			with(field{"denied_by", ru.lim.Name}, field{"limit", dollars(c)}, field{"estimated_cost_usd", dollars(h.Cost)},
+			with(field{"denied_by", ru.lim.Name}, field{"limit", dollars(c)}, field{"estimated_cost_usd", dollars(cost)},
 				field{"estimated_tokens", x.est.Tokens})
 	}
 	return x.tooLarge(&x.keys.c, ru.lim.Name, codeInputTooLarge,
-		"The request's cost of "+strconv.FormatInt(h.Cost, 10)+" tokens exceeds the limit of "+
+		"The request's cost of "+strconv.FormatInt(cost, 10)+" tokens exceeds the limit of "+
 			strconv.FormatInt(c, 10)+" of rule "+ru.lim.Name+": it can never be admitted.").
-		with(field{"denied_by", ru.lim.Name}, field{"limit", c}, field{"estimated_tokens", h.Cost})
+		with(field{"denied_by", ru.lim.Name}, field{"limit", c}, field{"estimated_tokens", cost})
 }
 
 // admitted prepares the accounting of a request the token rules admitted:
 // its response is read for usage; with a total_tokens charge recorded, the
 // charge is settled when the response ends, and an OpenAI streaming request
 // that did not ask for usage is made to (the client does not see it).
-func (x *exchange) admitted() {
+func (x *exchange) admitted() *denial {
 	r, in := x.r, &x.keys
 	b := &x.budget
 	for i, ru := range x.rules {
@@ -254,7 +376,7 @@ func (x *exchange) admitted() {
 		}
 	}
 	if !b.scan {
-		return
+		return nil
 	}
 	b.input = int64(x.est.Tokens)
 	if b.price == nil { // a usd rule set the model it priced (a batch's members')
@@ -277,16 +399,33 @@ func (x *exchange) admitted() {
 	// The usage is read from the bytes as they pass: they must not be
 	// compressed. The client gets the same answer, uncompressed.
 	r.Header["Accept-Encoding"] = []string{"identity"}
-	if !b.settle || x.body == nil || (x.format != tokens.FormatChat && x.format != tokens.FormatCompletions) {
-		return
-	}
-	if !b.stream || truthy(in.bodyField("stream_options.include_usage")) {
-		return
+	if x.body == nil {
+		return nil
 	}
 	sent := x.body.bytes()
+	if b.clampable > 0 {
+		capped, o, err := x.capOutput(sent)
+		if err != nil {
+			// Cannot happen (the body was checked before the decision):
+			// nothing leaves that could produce more than was reserved.
+			b.unsent = true
+			return x.invalid("The request body could not carry an output cap: " + err.Error() + ".")
+		}
+		if o > 0 {
+			sent, b.clamped = capped, o
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(sent)), int64(len(sent))
+			r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(sent)), nil }
+		}
+	}
+	if !b.settle || (x.format != tokens.FormatChat && x.format != tokens.FormatCompletions) {
+		return nil
+	}
+	if !b.stream || truthy(in.bodyField("stream_options.include_usage")) {
+		return nil
+	}
 	edits, err := tokens.IncludeUsage(sent)
 	if err != nil {
-		return // the output that passes is counted instead
+		return nil // the output that passes is counted instead
 	}
 	body, size := tokens.Edited(sent, edits)
 	r.Body, r.ContentLength = io.NopCloser(body), size
@@ -295,6 +434,7 @@ func (x *exchange) admitted() {
 		return io.NopCloser(body), nil
 	}
 	b.strip = true
+	return nil
 }
 
 // exchangeKey carries a request's exchange to the response hook.

@@ -81,3 +81,30 @@ func TestCookbookLearnedReserve(t *testing.T) {
 		t.Fatalf("learned under the floor: reserved %d", got)
 	}
 }
+
+// Under output = "clamp", the learned reserve is the cap sent to a
+// request that names none.
+func TestLearnedReserveIsTheClampedCap(t *testing.T) {
+	u, url := newLLM(t)
+	f := newFixture(t, budgetRules(t, url, `
+[[rule]]
+name   = "tpm"
+cost   = "total_tokens"
+output = "clamp"
+limit  = 100000000
+window = "1m"
+`, "OUTPUT_TOKEN_RESERVE", "learned", "OUTPUT_TOKEN_RESERVE_MIN", "10")...)
+	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"Hi"}]}`
+	for k := 1; k <= 100; k++ {
+		if w := f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", body, "X-Test-Usage", fmt.Sprintf("9,%d", k)); w.Code != 200 {
+			t.Fatalf("%d %s", w.Code, w.Body)
+		}
+	}
+	w := f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", body, "X-Test-Usage", "9,5")
+	if w.Code != 200 || w.Header().Get("X-Ratelimit-Output-Clamped") != "95" {
+		t.Fatalf("%d, clamped %q", w.Code, w.Header().Get("X-Ratelimit-Output-Clamped"))
+	}
+	if sent := u.last(); sent != `{"model":"gpt-4o","messages":[{"role":"user","content":"Hi"}],"max_tokens":95}` {
+		t.Fatalf("upstream got %s", sent)
+	}
+}
