@@ -226,7 +226,7 @@ func reasoningModel(model string) bool {
 // bytes, for the include_usage edit after it, and the cap written (0 when
 // the body is unchanged).
 func (x *exchange) capOutput(sent []byte) ([]byte, int64, error) {
-	o := int64(-1)
+	o, by := int64(-1), -1
 	for i, ru := range x.rules {
 		if ru.clamp && x.hits[i].Clamp.Per > 0 && x.out[i].Allowed && !x.out[i].Ticket.IsZero() {
 			fit := x.out[i].Output
@@ -234,7 +234,7 @@ func (x *exchange) capOutput(sent []byte) ([]byte, int64, error) {
 				fit = x.usdFits(i, fit)
 			}
 			if o < 0 || fit < o {
-				o = fit
+				o, by = fit, i
 			}
 		}
 	}
@@ -245,6 +245,7 @@ func (x *exchange) capOutput(sent []byte) ([]byte, int64, error) {
 	if err != nil || !changed {
 		return sent, 0, err
 	}
+	x.rules[by].metrics.tokens.clamped.Inc()
 	return capped, o, nil
 }
 
@@ -578,6 +579,7 @@ func (p *Proxy) settle(x *exchange, res usage.Result) {
 // tokenMetrics are one token rule's counters (SPEC §8).
 type tokenMetrics struct {
 	reserved, settled, refunded, overrun prometheus.Counter
+	clamped                              prometheus.Counter // clamping rules only
 }
 
 // budgetMetrics are the token-budget families: per-rule counters, and how
@@ -585,7 +587,8 @@ type tokenMetrics struct {
 type budgetMetrics struct {
 	reserved, settled, refunded, overrun *prometheus.CounterVec
 	estimate                             *prometheus.HistogramVec
-	outputReserve                        *prometheus.GaugeVec // OUTPUT_TOKEN_RESERVE = "learned"
+	outputReserve                        *prometheus.GaugeVec   // OUTPUT_TOKEN_RESERVE = "learned"
+	clamped                              *prometheus.CounterVec // output = "clamp": caps lowered or added, by deciding rule
 	mu                                   sync.Mutex
 	models                               map[string]prometheus.Observer
 }
@@ -616,9 +619,11 @@ func newBudgetMetrics(reg prometheus.Registerer) (*budgetMetrics, error) {
 			Name: "ratelimit_proxy_output_reserve_tokens",
 			Help: "With OUTPUT_TOKEN_RESERVE = \"learned\": the output tokens reserved for a request of this model that names no cap (the 95th percentile of its last 1000 settled outputs on this instance, never below OUTPUT_TOKEN_RESERVE_MIN; at most 64 model labels, then \"other\").",
 		}, []string{"model"}),
+		clamped: counter("ratelimit_proxy_output_clamped_total",
+			"Requests whose output cap was lowered or added (output = \"clamp\"), by the rule whose remaining budget set it."),
 		models: map[string]prometheus.Observer{},
 	}
-	for _, c := range []prometheus.Collector{m.reserved, m.settled, m.refunded, m.overrun, m.estimate, m.outputReserve} {
+	for _, c := range []prometheus.Collector{m.reserved, m.settled, m.refunded, m.overrun, m.estimate, m.outputReserve, m.clamped} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -133,6 +133,9 @@ func TestClampRewritesTheCap(t *testing.T) {
 	if got := header(w, "X-Ratelimit-Remaining-Tokens"); got != 0 {
 		t.Fatalf("%d tokens left after a clamp to what remained", got)
 	}
+	if n := metric(t, f, "ratelimit_proxy_output_clamped_total", map[string]string{"rule": "tpm"}); n != 2 {
+		t.Fatalf("ratelimit_proxy_output_clamped_total %v, want 2 (one added, one lowered)", n)
+	}
 	// Nothing left: below min_output, 429 as without clamping.
 	w = send(body)
 	if b := body429(t, w); w.Code != 429 || b.DeniedBy != "tpm" {

@@ -222,6 +222,9 @@ func (pol *policy) compileRule(cr *config.Rule, index int, rm *ruleMetricSet) (*
 	if ru.cost.metered() {
 		ru.metrics.tokens = rm.budget.rule(cr.Name)
 	}
+	if ru.clamp {
+		ru.metrics.tokens.clamped = rm.budget.clamped.WithLabelValues(cr.Name) // the series exists from the start
+	}
 	ru.headers = newRuleHeaders(lim, ru.cost)
 	switch cr.Action {
 	case config.ActionDelay:

@@ -79,6 +79,7 @@ window = "1m"
 name   = "tokens-per-caller"
 paths  = ["/v1/messages"]
 cost   = "total_tokens"
+output = "clamp"
 limit  = 1000000
 window = "1h"
 
