@@ -36,9 +36,14 @@ type Config struct {
 	LogFormat        string
 	TierFrom         string // where a caller's plan comes from: header:NAME (SPEC §7.4)
 	MaxDelayed       int64  // most requests held by delay rules at once
-	// OutputTokenReserve is the output a total_tokens rule reserves for a
-	// request that names no max_tokens (SPEC §8).
-	OutputTokenReserve int64
+	// OutputTokenReserve is the output a total_tokens or usd rule
+	// reserves for a request that names no max_tokens (SPEC §8). With
+	// OutputReserveLearned (OUTPUT_TOKEN_RESERVE = "learned") it is not
+	// used: the reserve is the 95th percentile of the model's recent
+	// settled outputs, never below OutputTokenReserveMin.
+	OutputTokenReserve    int64
+	OutputReserveLearned  bool
+	OutputTokenReserveMin int64
 
 	// AdminToken, when set, is required as a bearer token on every
 	// /admin/ and /debug/pprof/ request (SPEC §10).
@@ -103,31 +108,32 @@ var DefaultProtectedPaths = []string{
 // and nothing set. It is the single place defaults live.
 func Default() Config {
 	return Config{
-		ListenAddr:         ":8080",
-		AdminAddr:          "127.0.0.1:9090",
-		ChatRPM:            20,
-		MaxInputTokens:     2000,
-		MaxFileBytes:       10 << 20,
-		MaxBodyBytes:       10<<20 + 1<<20,
-		ProtectedPaths:     append([]string(nil), DefaultProtectedPaths...),
-		IPv6Prefix:         64,
-		RedisPrefix:        "ratelimit-proxy:",
-		RedisTimeout:       50 * time.Millisecond,
-		RedisInstances:     1,
-		FailOpen:           FailOpenTrue,
-		RateLimitEnabled:   true,
-		MaxTrackedKeys:     1_000_000,
-		RefusalCacheSize:   100_000,
-		UpstreamTimeout:    300 * time.Second,
-		ShutdownTimeout:    30 * time.Second,
-		ErrorFormat:        "auto",
-		LogLevel:           "info",
-		LogFormat:          "text",
-		MaxDelayed:         1000,
-		OutputTokenReserve: 1024,
-		JWTJWKSRefresh:     10 * time.Minute,
-		JWTSubjectClaim:    "sub",
-		StateFlushInterval: 10 * time.Second,
+		ListenAddr:            ":8080",
+		AdminAddr:             "127.0.0.1:9090",
+		ChatRPM:               20,
+		MaxInputTokens:        2000,
+		MaxFileBytes:          10 << 20,
+		MaxBodyBytes:          10<<20 + 1<<20,
+		ProtectedPaths:        append([]string(nil), DefaultProtectedPaths...),
+		IPv6Prefix:            64,
+		RedisPrefix:           "ratelimit-proxy:",
+		RedisTimeout:          50 * time.Millisecond,
+		RedisInstances:        1,
+		FailOpen:              FailOpenTrue,
+		RateLimitEnabled:      true,
+		MaxTrackedKeys:        1_000_000,
+		RefusalCacheSize:      100_000,
+		UpstreamTimeout:       300 * time.Second,
+		ShutdownTimeout:       30 * time.Second,
+		ErrorFormat:           "auto",
+		LogLevel:              "info",
+		LogFormat:             "text",
+		MaxDelayed:            1000,
+		OutputTokenReserve:    1024,
+		OutputTokenReserveMin: 256,
+		JWTJWKSRefresh:        10 * time.Minute,
+		JWTSubjectClaim:       "sub",
+		StateFlushInterval:    10 * time.Second,
 	}
 }
 

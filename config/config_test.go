@@ -222,3 +222,43 @@ func TestProtectedPathWildcards(t *testing.T) {
 		}
 	}
 }
+
+// OUTPUT_TOKEN_RESERVE is a number or "learned", in either place, and
+// -check prints what it read back.
+func TestOutputTokenReserveLearned(t *testing.T) {
+	for _, in := range []string{"learned", " LEARNED "} {
+		c, err := config.Load("", env(map[string]string{"OUTPUT_TOKEN_RESERVE": in, "OUTPUT_TOKEN_RESERVE_MIN": "64"}))
+		if err != nil || !c.OutputReserveLearned || c.OutputTokenReserveMin != 64 {
+			t.Errorf("%q: learned %v, min %d, %v", in, c.OutputReserveLearned, c.OutputTokenReserveMin, err)
+		}
+	}
+	c, err := config.Load(writeFile(t, "output_token_reserve = \"learned\"\n"), env(nil))
+	if err != nil || !c.OutputReserveLearned || c.OutputTokenReserveMin != 256 {
+		t.Fatalf("TOML: learned %v, min %d, %v", c.OutputReserveLearned, c.OutputTokenReserveMin, err)
+	}
+	var out strings.Builder
+	c.Write(&out)
+	if !strings.Contains(out.String(), "output_token_reserve = \"learned\"") {
+		t.Fatalf("-check prints:\n%s", out.String())
+	}
+	back, err := config.Load(writeFile(t, out.String()), env(nil))
+	if err != nil || !back.OutputReserveLearned {
+		t.Fatalf("round trip: %v %v", back.OutputReserveLearned, err)
+	}
+	c, err = config.Load(writeFile(t, "output_token_reserve = 300\n"), env(map[string]string{}))
+	if err != nil || c.OutputReserveLearned || c.OutputTokenReserve != 300 {
+		t.Fatalf("a number: %v %d %v", c.OutputReserveLearned, c.OutputTokenReserve, err)
+	}
+	for in, want := range map[string]string{
+		"lots": `OUTPUT_TOKEN_RESERVE = "lots": must be a number of tokens or "learned"`,
+		"-1":   `OUTPUT_TOKEN_RESERVE = -1: must not be negative`,
+	} {
+		c, err := config.Load("", env(map[string]string{"OUTPUT_TOKEN_RESERVE": in, "UPSTREAM_URL": "http://127.0.0.1:1"}))
+		if err == nil {
+			err = c.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %s", in, err, want)
+		}
+	}
+}

@@ -145,6 +145,40 @@ func hidden(s setting) setting { s.hidden = true; return s }
 // Redacted is how a hidden secret that is set is shown.
 const Redacted = "[redacted]"
 
+// OutputReserveLearned is OUTPUT_TOKEN_RESERVE's word for a reserve
+// learned from the model's settled outputs.
+const OutputReserveLearned = "learned"
+
+// outputReserve reads OUTPUT_TOKEN_RESERVE: a number of tokens, or
+// "learned".
+func outputReserve(key string) setting {
+	return setting{key: key,
+		decode: func(c *Config, v any) error {
+			switch x := v.(type) {
+			case int64:
+				c.OutputTokenReserve, c.OutputReserveLearned = x, false
+				return nil
+			case string:
+				x = strings.TrimSpace(x)
+				if strings.EqualFold(x, OutputReserveLearned) {
+					c.OutputReserveLearned = true
+					return nil
+				}
+				if n, err := strconv.ParseInt(x, 10, 64); err == nil {
+					c.OutputTokenReserve, c.OutputReserveLearned = n, false
+					return nil
+				}
+			}
+			return errors.New(`must be a number of tokens or "learned"`)
+		},
+		show: func(c *Config) any {
+			if c.OutputReserveLearned {
+				return OutputReserveLearned
+			}
+			return c.OutputTokenReserve
+		}}
+}
+
 // failMode reads FAIL_OPEN: a boolean, or "local".
 func failMode(key string, f func(*Config) *string) setting {
 	return setting{key: key,
@@ -197,7 +231,8 @@ var settings = []setting{
 	str("log_format", func(c *Config) *string { return &c.LogFormat }),
 	str("tier_from", func(c *Config) *string { return &c.TierFrom }),
 	integer("max_delayed", func(c *Config) *int64 { return &c.MaxDelayed }),
-	integer("output_token_reserve", func(c *Config) *int64 { return &c.OutputTokenReserve }),
+	outputReserve("output_token_reserve"),
+	integer("output_token_reserve_min", func(c *Config) *int64 { return &c.OutputTokenReserveMin }),
 	hidden(str("admin_token", func(c *Config) *string { return &c.AdminToken })),
 	hidden(str("jwt_hs256_secret", func(c *Config) *string { return &c.JWTSecret })),
 	secret(str("jwt_jwks", func(c *Config) *string { return &c.JWTJWKS })),

@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"regexp"
@@ -30,12 +29,18 @@ type Rule struct {
 	// Period is a calendar rule's window: "day", "week" (ISO, from
 	// Monday) or "month"; Timezone the IANA zone whose midnight starts a
 	// period ("UTC" by default) and Location that zone loaded.
-	Period    string
-	Timezone  string
-	Location  *time.Location
-	Burst     int64 // token_bucket: capacity; meaningful when BurstSet
-	BurstSet  bool
-	Cost      string // CostRequests, CostInputTokens or CostTotalTokens
+	Period   string
+	Timezone string
+	Location *time.Location
+	Burst    int64 // token_bucket: capacity; meaningful when BurstSet
+	BurstSet bool
+	Cost     string // CostRequests, CostInputTokens or CostTotalTokens
+	// Output is what a total_tokens or usd rule does with the output a
+	// request may produce: OutputReserve (reserve what it asks for) or
+	// OutputClamp (lower its output cap to what the budget has left).
+	// MinOutput is the smallest cap a clamping rule sends (default 16).
+	Output    string
+	MinOutput int64
 	Action    string // "reject", "delay" or "shadow"
 	MaxDelay  time.Duration
 	Tiers     []Tier     // sorted by plan
@@ -84,6 +89,10 @@ const (
 	CostInputTokens = "input_tokens" // the input estimate, charged at admission (SPEC §8)
 	CostTotalTokens = "total_tokens" // estimate plus requested output, settled to the reported usage
 	CostUSD         = "usd"          // dollars at the [price] tables' prices, reserved and settled (SPEC §8.1)
+	OutputReserve   = "reserve"      // the requested output is reserved, never shrunk (SPEC §8)
+	OutputClamp     = "clamp"        // the output cap is lowered to what the budget has left (SPEC §8.2)
+	// DefaultMinOutput is a clamping rule's smallest output cap.
+	DefaultMinOutput = 16
 )
 
 // BuiltinRule is the name of the rule CHAT_RPM makes.
@@ -93,7 +102,7 @@ var ruleName = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
 
 // ruleFields are the keys a [[rule]] table may have.
 var ruleFields = []string{"name", "paths", "methods", "when", "unless", "key", "on_missing_key", "algorithm", "limit", "window",
-	"timezone", "burst", "cost", "action", "max_delay", "tiers", "overrides"}
+	"timezone", "burst", "cost", "output", "min_output", "action", "max_delay", "tiers", "overrides"}
 
 // decodeRules reads the file's [[rule]] tables. Each problem is one error
 // naming the rule and the field: rule "sifen-per-ruc": window "10": missing unit.
@@ -125,7 +134,8 @@ func decodeRules(raw any) ([]Rule, []error) {
 
 func decodeRule(i int, t map[string]any) (Rule, []error) {
 	r := Rule{Methods: []string{http.MethodPost}, Key: []string{"caller"}, OnMissingKey: MissingSkip,
-		Algorithm: AlgSlidingWindow, Window: time.Minute, Cost: CostRequests, Action: ActionReject, Limit: -1}
+		Algorithm: AlgSlidingWindow, Window: time.Minute, Cost: CostRequests, Action: ActionReject, Limit: -1,
+		Output: OutputReserve, MinOutput: DefaultMinOutput}
 	label := fmt.Sprintf("rule #%d", i+1)
 	if s, ok := t["name"].(string); ok && s != "" {
 		r.Name = s
@@ -187,6 +197,18 @@ func decodeRule(i int, t map[string]any) (Rule, []error) {
 	strField("on_missing_key", &r.OnMissingKey)
 	strField("algorithm", &r.Algorithm)
 	strField("cost", &r.Cost)
+	strField("output", &r.Output)
+	if v, ok := t["min_output"]; ok {
+		n, err := wholeNumber(v)
+		switch {
+		case err != nil || n < 1:
+			bad("min_output", v, "must be an integer ≥ 1 (output tokens)")
+		case r.Output != OutputClamp:
+			bad("min_output", v, `only with output = "clamp"`)
+		default:
+			r.MinOutput = n
+		}
+	}
 	strField("action", &r.Action)
 	if r.Algorithm == AlgCalendar {
 		r.Window = 0
@@ -473,160 +495,3 @@ func isToken(s string) bool {
 	}
 	return s != ""
 }
-
-// writeRules prints the rules as TOML [[rule]] tables with every field's
-// effective value, the built-in rule first when it exists.
-func (c *Config) writeRules(w io.Writer) error {
-	var b strings.Builder
-	if c.ChatRPMRule() && len(c.Rules) > 0 {
-		fmt.Fprintf(&b, "\n# the built-in rule: chat_rpm is set explicitly, so it is evaluated first\n")
-		fmt.Fprintf(&b, "# [[rule]] name = %q, key = [\"caller\"], limit = %d, window = \"60s\", paths = protected_paths\n", BuiltinRule, c.ChatRPM)
-	}
-	for _, r := range c.Rules {
-		b.WriteString("\n[[rule]]\n")
-		fmt.Fprintf(&b, "name = %s\n", strconv.Quote(r.Name))
-		if r.Paths == nil {
-			// A comment: written out, the list would make the rule one of
-			// its own paths instead of the protected routes'.
-			b.WriteString("# paths = " + tomlValue(c.ProtectedPaths) + " (unset: the protected paths)\n")
-		} else {
-			b.WriteString("paths = " + tomlValue(r.Paths) + "\n")
-		}
-		b.WriteString("methods = " + tomlValue(r.Methods) + "\n")
-		for _, f := range []struct {
-			name  string
-			conds []Condition
-		}{{"when", r.When}, {"unless", r.Unless}} {
-			if len(f.conds) == 0 {
-				continue
-			}
-			parts := make([]string, len(f.conds))
-			for i, w := range f.conds {
-				v := strconv.Quote(w.Values[0])
-				if len(w.Values) > 1 {
-					v = tomlValue(w.Values)
-				}
-				parts[i] = strconv.Quote(w.Part) + " = " + v
-			}
-			b.WriteString(f.name + " = { " + strings.Join(parts, ", ") + " }\n")
-		}
-		b.WriteString("key = " + tomlValue(r.Key) + "\n")
-		show := func(n int64) string {
-			if r.Cost == CostUSD {
-				return Dollars(n)
-			}
-			return strconv.FormatInt(n, 10)
-		}
-		window := durationText(r.Window)
-		if r.Algorithm == AlgCalendar {
-			window = r.Period
-		}
-		fmt.Fprintf(&b, "on_missing_key = %q\nalgorithm = %q\nlimit = %s\nwindow = %q\n", r.OnMissingKey, r.Algorithm, show(r.Limit), window)
-		if r.Algorithm == AlgCalendar {
-			fmt.Fprintf(&b, "timezone = %q\n", r.Timezone)
-		}
-		if r.Algorithm == AlgTokenBucket {
-			burst := r.Limit
-			if r.BurstSet {
-				burst = r.Burst
-			}
-			fmt.Fprintf(&b, "burst = %s\n", show(burst))
-		}
-		fmt.Fprintf(&b, "cost = %q\naction = %q\n", r.Cost, r.Action)
-		if r.Action == ActionDelay {
-			fmt.Fprintf(&b, "max_delay = %q\n", durationText(r.MaxDelay))
-		}
-		limitValue := func(n int64, unlimited bool) string {
-			if unlimited {
-				return `"unlimited"`
-			}
-			return show(n)
-		}
-		if len(r.Tiers) > 0 {
-			parts := make([]string, len(r.Tiers))
-			for i, t := range r.Tiers {
-				parts[i] = strconv.Quote(t.Plan) + " = " + limitValue(t.Limit, t.Unlimited)
-			}
-			b.WriteString("tiers = { " + strings.Join(parts, ", ") + " }\n")
-		}
-		if len(r.Overrides) > 0 {
-			parts := make([]string, len(r.Overrides))
-			for i, o := range r.Overrides {
-				parts[i] = strconv.Quote(o.Key) + " = " + limitValue(o.Limit, o.Unlimited)
-			}
-			b.WriteString("overrides = { " + strings.Join(parts, ", ") + " }\n")
-		}
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-// ErrTooPrecise is an amount of dollars with more than 6 decimals, finer
-// than the 10⁻⁶ USD amounts are kept in.
-var ErrTooPrecise = errors.New("at most 6 decimals")
-
-// microDollars reads an amount of dollars (a TOML integer, float or
-// decimal string) as integers of 10⁻⁶ USD, rounded to the nearest.
-func microDollars(v any) (int64, error) {
-	f, ok := number(v, true)
-	if !ok || math.Abs(f) > 1e12 {
-		return 0, errors.New("not an amount of dollars")
-	}
-	// The shortest decimal that reads back as f is what was written:
-	// past 6 decimals it cannot be kept, and is refused, not rounded.
-	text := strconv.FormatFloat(f, 'f', -1, 64)
-	if _, frac, ok := strings.Cut(text, "."); ok && len(frac) > 6 {
-		return 0, ErrTooPrecise
-	}
-	return int64(math.Round(f * 1e6)), nil
-}
-
-// number reads a finite TOML number (an integer or a float; with
-// decimalString, a string holding one too).
-func number(v any, decimalString bool) (float64, bool) {
-	var f float64
-	switch x := v.(type) {
-	case int64:
-		f = float64(x)
-	case int:
-		f = float64(x)
-	case float64:
-		f = x
-	case string:
-		if !decimalString {
-			return 0, false
-		}
-		var err error
-		if f, err = strconv.ParseFloat(strings.TrimSpace(x), 64); err != nil {
-			return 0, false
-		}
-	default:
-		return 0, false
-	}
-	return f, !math.IsNaN(f) && !math.IsInf(f, 0)
-}
-
-// Dollars writes integers of 10⁻⁶ USD as dollars with at most 6
-// decimals and no trailing zeros: 25000000 is "25", 1 is "0.000001".
-func Dollars(micro int64) string {
-	sign := ""
-	if micro < 0 {
-		sign, micro = "-", -micro
-	}
-	b := make([]byte, 0, 24)
-	b = append(b, sign...)
-	b = strconv.AppendInt(b, micro/1e6, 10)
-	if frac := micro % 1e6; frac != 0 {
-		b = append(b, '.')
-		for d := int64(100_000); d > 0 && frac > 0; d /= 10 {
-			b = append(b, byte('0'+frac/d))
-			frac %= d
-		}
-	}
-	return string(b)
-}
-
-// ParseDollars reads an amount of dollars written as a decimal ("25",
-// "0.5") as integers of 10⁻⁶ USD; one with more than 6 decimals is
-// refused (ErrTooPrecise).
-func ParseDollars(s string) (int64, error) { return microDollars(s) }

@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -200,5 +201,55 @@ func TestConcurrencyRuleFields(t *testing.T) {
 	}
 	if _, err := loadRules(t, base+"burst = 2\n", nil); err == nil {
 		t.Fatal("burst accepted")
+	}
+}
+
+// output = "clamp" and min_output: on total_tokens and usd rules only,
+// min_output an integer ≥ 1 and only with clamp; the defaults are
+// "reserve" and 16.
+func TestOutputClampFields(t *testing.T) {
+	const prices = "[price.\"*\"]\ninput = 1\noutput = 1\n"
+	c, err := loadRules(t, prices+`
+[[rule]]
+name = "tpm"
+cost = "total_tokens"
+limit = 1000
+output = "clamp"
+
+[[rule]]
+name = "spend"
+cost = "usd"
+limit = 2.5
+output = "clamp"
+min_output = 64
+
+[[rule]]
+name = "plain"
+cost = "total_tokens"
+limit = 1000
+`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := [][2]any{}
+	for _, r := range c.Rules {
+		got = append(got, [2]any{r.Output, r.MinOutput})
+	}
+	if fmt.Sprint(got) != "[[clamp 16] [clamp 64] [reserve 16]]" {
+		t.Fatalf("%v", got)
+	}
+	for _, tc := range []struct{ body, want string }{
+		{"[[rule]]\nname = \"x\"\nlimit = 1\noutput = \"clamp\"\n", `rule "x": output "clamp": "clamp" needs cost = "total_tokens" or "usd"`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\ncost = \"input_tokens\"\noutput = \"clamp\"\n", `rule "x": output "clamp": "clamp" needs cost`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\ncost = \"total_tokens\"\noutput = \"shrink\"\n", `rule "x": output "shrink": must be "reserve" or "clamp"`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\ncost = \"total_tokens\"\noutput = \"clamp\"\nmin_output = 0\n", `rule "x": min_output 0: must be an integer ≥ 1`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\ncost = \"total_tokens\"\noutput = \"clamp\"\nmin_output = 2.5\n", `rule "x": min_output 2.5: must be an integer ≥ 1`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\ncost = \"total_tokens\"\nmin_output = 8\n", `rule "x": min_output 8: only with output = "clamp"`},
+		{"[[rule]]\nname = \"x\"\nlimit = 1\ncost = \"total_tokens\"\noutput = 1\n", `rule "x": output 1: not a string`},
+	} {
+		_, err := loadRules(t, tc.body, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q:\n got %v\nwant %s", tc.body, err, tc.want)
+		}
 	}
 }

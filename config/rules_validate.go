@@ -135,6 +135,18 @@ func (c *Config) validateRules() []error {
 		default:
 			bad("cost", r.Cost, `must be "requests", "input_tokens", "total_tokens" or "usd"`)
 		}
+		switch r.Output {
+		case "", OutputReserve: // "": a rule built in code (chat_rpm)
+		case OutputClamp:
+			if r.Cost != CostTotalTokens && r.Cost != CostUSD {
+				bad("output", r.Output, `"clamp" needs cost = "total_tokens" or "usd" (a budget that reserves output)`)
+			}
+		default:
+			bad("output", r.Output, `must be "reserve" or "clamp"`)
+		}
+		if r.MinOutput < 0 {
+			bad("min_output", r.MinOutput, "must be an integer ≥ 1 (output tokens)")
+		}
 		switch r.Action {
 		case ActionReject, ActionShadow:
 			if r.MaxDelay != 0 {

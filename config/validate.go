@@ -110,6 +110,9 @@ func (c *Config) Validate() error {
 	if c.OutputTokenReserve < 0 {
 		bad("output_token_reserve", c.OutputTokenReserve, "must not be negative")
 	}
+	if c.OutputTokenReserveMin < 0 {
+		bad("output_token_reserve_min", c.OutputTokenReserveMin, "must not be negative")
+	}
 	errs = append(errs, c.validateJWT()...)
 	if c.StateFlushInterval < 100*time.Millisecond {
 		bad("state_flush_interval", durationText(c.StateFlushInterval), "must be at least 100ms")

@@ -33,10 +33,14 @@ func (f *Fallback) Decide(ctx context.Context, hits []Hit, now time.Time, out []
 	if err == nil || errors.Is(err, ErrBatch) {
 		return ok, err
 	}
-	ok, err = f.local.Decide(ctx, f.scale(hits), now, out)
+	local := f.scale(hits)
+	ok, err = f.local.Decide(ctx, local, now, out)
 	for i := range hits {
 		if !out[i].Ticket.IsZero() {
 			out[i].Ticket.local = true
+		}
+		if hits[i].clamps() {
+			hits[i].Cost = local[i].Cost // a clamping hit's charge, lowered to fit
 		}
 	}
 	return ok, err

@@ -27,6 +27,7 @@ package limits
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"time"
 )
@@ -231,6 +232,88 @@ type Hit struct {
 	Own   bool
 	Limit int64
 	Burst int64
+	// Clamp, when its Per is > 0 on an enforcing hit, lets the store lower
+	// Cost to what the key has left (output = "clamp", SPEC §8.2).
+	Clamp Clamp
+}
+
+// Clamp describes a hit whose cost is a base plus a price per output
+// token, for an output the store may lower to fit what remains: Cost is
+// Base + ⌈Max·Per⌉. When some clamping hit of a batch does not have that
+// much left, the batch's output is lowered to the largest o ≤ Max with
+// Base + ⌈o·Per⌉ within what remains on every clamping hit (the smallest
+// remaining wins), and every clamping hit is charged Base + ⌈o·Per⌉ —
+// in the same atomic step as the decision, so no other batch can take
+// what was counted as remaining. An o below Min is not lowered to: the
+// batch is decided at its full cost (and refused). An admitted batch
+// whose output was lowered has its clamping hits' Cost set to what was
+// charged (Decide only; Peek leaves hits alone) and their Decision's
+// Output set to o.
+type Clamp struct {
+	Base int64   // the cost of no output at all (the input's)
+	Per  float64 // the cost of one output token (> 0 to clamp)
+	Max  int64   // the output asked for
+	Min  int64   // the smallest output it may be lowered to (≥ 1)
+}
+
+// cost is the hit's cost for an output of o.
+func (c *Clamp) cost(o int64) int64 { return c.Base + int64(math.Ceil(float64(o)*c.Per)) }
+
+// fits is the largest output within avail (at most max), computed with
+// the same float operations redis.lua uses; below 0 when none fits.
+func (c *Clamp) fits(avail, max int64) int64 {
+	q := math.Floor(float64(avail-c.Base) / c.Per)
+	if q >= float64(max) {
+		return max
+	}
+	if q < -1 {
+		return -1
+	}
+	o := int64(q)
+	for n := 0; o >= 0 && c.cost(o) > avail; n++ {
+		if n == 2 {
+			return -1 // rounding cannot be this far off: refuse rather than overshoot
+		}
+		o--
+	}
+	return o
+}
+
+// clamps reports whether h may be lowered by its Clamp.
+func (h *Hit) clamps() bool { return h.Clamp.Per > 0 && !h.Rule.Shadow }
+
+// clampBounds are the batch's output bounds: the smallest Max and largest
+// Min of its clamping hits; ok false when none clamps.
+func clampBounds(hits []Hit) (maxOut, minOut int64, ok bool) {
+	for i := range hits {
+		if !hits[i].clamps() {
+			continue
+		}
+		c := &hits[i].Clamp
+		if !ok || c.Max < maxOut {
+			maxOut = c.Max
+		}
+		minOut = max(minOut, c.Min, 1)
+		ok = true
+	}
+	return maxOut, minOut, ok
+}
+
+// clampOutput is the batch's output given what remains on each hit
+// (avail(i), for the clamping hits), and whether it is lowered (below
+// the asked-for output and at least the minimum).
+func clampOutput(hits []Hit, avail func(i int) int64) (o int64, lowered bool) {
+	maxOut, minOut, ok := clampBounds(hits)
+	if !ok {
+		return 0, false
+	}
+	o = maxOut
+	for i := range hits {
+		if hits[i].clamps() {
+			o = min(o, hits[i].Clamp.fits(avail(i), maxOut))
+		}
+	}
+	return o, o < maxOut && o >= minOut
 }
 
 // Limits returns the hit's effective limit and burst: its own when Own,
@@ -275,6 +358,9 @@ type Decision struct {
 	// Ticket is what Decide recorded for this hit, for Settle (zero when
 	// nothing was).
 	Ticket Ticket
+	// Output is, for an admitted clamping hit (Hit.Clamp), the output
+	// its charge covers: Clamp.Max, or less when it was lowered to fit.
+	Output int64
 	// pending is set on a refusal that may not last: its counter holds a
 	// charge that a split batch on a Redis Cluster may still roll back
 	// (Remember does not remember it).
@@ -363,6 +449,9 @@ func checkHit(h *Hit) error {
 		return ErrBatch
 	}
 	if limit, burst := h.Limits(); limit < 0 || burst < 0 {
+		return ErrBatch
+	}
+	if c := &h.Clamp; c.Per != 0 && (!(c.Per > 0) || math.IsInf(c.Per, 1) || c.Base < 0 || c.Max < 0) {
 		return ErrBatch
 	}
 	return nil

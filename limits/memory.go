@@ -212,6 +212,34 @@ func (m *Memory) evaluate(hits []Hit, now time.Time, out []Decision, record bool
 			allowed = allowed && out[i].Allowed
 		}
 	}
+	caller := hits
+	if o, lowered := clampOutput(hits, func(i int) int64 { return out[i].Remaining }); lowered {
+		// What remains is read under the same locks as the charge is
+		// taken: the clamping hits are decided again at the lowered cost.
+		hits = append([]Hit(nil), hits...)
+		allowed = true
+		for i := range hits {
+			h := &hits[i]
+			if h.clamps() {
+				h.Cost = h.Clamp.cost(o)
+				levels[i] = evaluateHit(ents[i], h, ns, &out[i], record)
+			}
+			if !h.Rule.Shadow {
+				allowed = allowed && out[i].Allowed
+			}
+		}
+		for i := range hits {
+			if hits[i].clamps() {
+				out[i].Output = o
+			}
+		}
+	} else if _, _, ok := clampBounds(hits); ok {
+		for i := range hits {
+			if hits[i].clamps() {
+				out[i].Output = hits[i].Clamp.Max
+			}
+		}
+	}
 	if !allowed {
 		return false, nil
 	}
@@ -219,6 +247,9 @@ func (m *Memory) evaluate(hits []Hit, now time.Time, out []Decision, record bool
 		// Every enforcing hit admits here; a shadow hit counts if it fits.
 		if out[i].Allowed && hits[i].Cost > 0 {
 			takeHit(ents[i], &hits[i], ns, levels[i], &out[i], record)
+		}
+		if record && hits[i].clamps() {
+			caller[i].Cost = hits[i].Cost // what was charged
 		}
 	}
 	return true, nil

@@ -65,12 +65,15 @@ type RedisOptions struct {
 	// ClientClock makes the script use the now passed to Decide instead of
 	// Redis's TIME. For tests that step a fake clock only.
 	ClientClock bool
-	// TopScan and TopTime bound the SCAN of one Top (the admin API's top
-	// keys): at most TopScan keys examined (default 100,000) and TopTime
-	// spent scanning (default 100 ms), over every master together; past
-	// either, Top answers with what it found and says so (redistop.go).
-	TopScan int
-	TopTime time.Duration
+	// TopScan and TopTime bound one Top (the admin API's top keys): at
+	// most TopScan keys examined by its SCAN (default 100,000) and TopTime
+	// spent scanning and reading the counters found (default 100 ms), over
+	// every master together; past either, Top answers with what it read
+	// and says so (redistop.go). TopClock is that bound's clock (time.Now
+	// when nil; tests step it).
+	TopScan  int
+	TopTime  time.Duration
+	TopClock func() time.Time
 }
 
 // Redis is a Store shared by every proxy instance: each decision (and
@@ -133,6 +136,9 @@ func NewRedis(o RedisOptions) *Redis {
 	o.RollbackTimeout = max(o.RollbackTimeout, o.Timeout)
 	if o.TopScan <= 0 {
 		o.TopScan = 100_000
+	}
+	if o.TopClock == nil {
+		o.TopClock = time.Now
 	}
 	if o.TopTime <= 0 {
 		o.TopTime = 100 * time.Millisecond

@@ -334,6 +334,64 @@ for i = 1, n do
   hits[i] = hit
 end
 
+-- Clamping hits (SPEC §8.2): after the hits, ARGV holds their number,
+-- the batch's output asked for and its minimum, then per clamping hit its
+-- index, base cost and cost per output token. When one of them has less
+-- left than its cost, the output is lowered to the largest that fits on
+-- every one (limits/limits.go's Clamp.fits: the same float operations),
+-- and each is charged its base plus that output's price, here, in the
+-- step that read what remains. Returned after the hits: the output (-1
+-- when nothing was lowered), then each clamping hit's cost.
+local ca = 6 + n * 6
+local nc = tonumber(ARGV[ca + 1]) or 0
+local outcap = -1
+if nc > 0 and mode ~= 2 then
+  local maxo, mino = tonumber(ARGV[ca + 2]), tonumber(ARGV[ca + 3])
+  local o = maxo
+  local cl = {}
+  for j = 1, nc do
+    local b = ca + 3 + (j - 1) * 3
+    local c = {hit = hits[tonumber(ARGV[b + 1])], base = tonumber(ARGV[b + 2]), per = tonumber(ARGV[b + 3])}
+    local hit = c.hit
+    local avail
+    if hit.bucket then
+      avail = 0
+      if hit.limit > 0 then avail = math.max(math.floor(hit.level), 0) end
+    else
+      avail = math.max(hit.limit - hit.sum, 0)
+    end
+    local q = math.floor((avail - c.base) / c.per)
+    local f
+    if q >= maxo then
+      f = maxo
+    elseif q < -1 then
+      f = -1
+    else
+      f = q
+      local tries = 0
+      while f >= 0 and c.base + math.ceil(f * c.per) > avail do
+        if tries == 2 then f = -1 break end
+        f = f - 1
+        tries = tries + 1
+      end
+    end
+    if f < o then o = f end
+    cl[j] = c
+  end
+  if o < maxo and o >= mino then
+    outcap = o
+    ok = true
+    for j = 1, nc do
+      local hit = cl[j].hit
+      hit.cost = cl[j].base + math.ceil(o * cl[j].per)
+      hit.allowed, hit.retry = true, 0
+    end
+    for i = 1, n do
+      if not hits[i].allowed and not hits[i].shadow then ok = false end
+    end
+  end
+end
+
 local out = {ok and 1 or 0, now}
 for i = 1, n do
   local hit = hits[i]
@@ -373,5 +431,9 @@ for i = 1, n do
     out[#out + 1] = hit.reset
     out[#out + 1] = hit.nxt
   end
+end
+out[#out + 1] = outcap
+for j = 1, nc do
+  out[#out + 1] = hits[tonumber(ARGV[ca + 3 + (j - 1) * 3 + 1])].cost
 end
 return out

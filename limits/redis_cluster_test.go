@@ -252,6 +252,7 @@ func TestRedisCluster(t *testing.T) {
 
 	// Settling a split batch: see clusterSettle.
 	t.Run("settle split batch", func(t *testing.T) { clusterSettle(t, c) })
+	t.Run("clamp split batch", func(t *testing.T) { clusterClamp(t, c) })
 
 	// A master killed: see clusterFailover.
 	t.Run("failover", func(t *testing.T) { clusterFailover(t, c, true) })

@@ -204,6 +204,14 @@ func (s *Redis) evaluateSplit(ctx context.Context, hits []Hit, parts [][]int, no
 	// after it (each up to a timeout to find its master and one for its
 	// call), then the rollback, with a second to spare.
 	markFor := time.Duration(2*len(parts))*s.o.Timeout + s.o.RollbackTimeout + time.Second
+	clampMax := int64(-1) // the output the clamping parts decided so far (-1: none yet)
+	defer func() {
+		for i := range hits {
+			if hits[i].clamps() && clampMax >= 0 {
+				out[i].Output = clampMax // every clamping hit's charge covers it
+			}
+		}
+	}()
 	for p, part := range parts {
 		if err := ctx.Err(); err != nil {
 			rollback()
@@ -212,6 +220,13 @@ func (s *Redis) evaluateSplit(ctx context.Context, hits []Hit, parts [][]int, no
 		ph := make([]Hit, len(part))
 		for j, i := range part {
 			ph[j] = hits[i]
+			if c := &ph[j].Clamp; ph[j].clamps() && clampMax >= 0 && clampMax < c.Max {
+				// An earlier part lowered the output: this one asks no
+				// more (the earlier parts' larger charges are settled
+				// down later: a split batch may reserve more, never less).
+				c.Max = clampMax
+				ph[j].Cost = c.cost(clampMax)
+			}
 		}
 		m := mode
 		if !allowed {
@@ -250,6 +265,14 @@ func (s *Redis) evaluateSplit(ctx context.Context, hits []Hit, parts [][]int, no
 			continue
 		}
 		for j, i := range part {
+			if ph[j].clamps() {
+				if m == modeDecide {
+					hits[i].Cost = ph[j].Cost // what was charged
+				}
+				if clampMax < 0 || pout[j].Output < clampMax {
+					clampMax = pout[j].Output
+				}
+			}
 			if pout[j].Allowed && ph[j].Cost > 0 {
 				taken = append(taken, i)
 			}
@@ -364,7 +387,8 @@ func (s *Redis) run(ctx context.Context, sh *redisShard, hits []Hit, now time.Ti
 		return false, ErrUnavailable
 	}
 	keys := s.counterKeys(hits, marks != marksNone)
-	args := make([]any, 0, 6+6*len(hits))
+	caller := hits
+	args := make([]any, 0, 7+6*len(hits))
 	args = append(args, len(hits), s.clock(now), int(mode), maxSlots, int(marks), markFor.Milliseconds())
 	for i := range hits {
 		h := &hits[i]
@@ -384,6 +408,21 @@ func (s *Redis) run(ctx context.Context, sh *redisShard, hits []Hit, now time.Ti
 		}
 		args = append(args, algorithmArg(h.Rule.Algorithm), shadow, limit, h.Rule.Window.Microseconds(), h.Cost, burst)
 	}
+	var clamped []int // the clamping hits, in the order of their arguments
+	if maxOut, minOut, ok := clampBounds(hits); ok {
+		for i := range hits {
+			if hits[i].clamps() {
+				clamped = append(clamped, i)
+			}
+		}
+		args = append(args, len(clamped), maxOut, minOut)
+		for _, i := range clamped {
+			c := &hits[i].Clamp
+			args = append(args, i+1, c.Base, strconv.FormatFloat(c.Per, 'g', -1, 64))
+		}
+	} else {
+		args = append(args, 0)
+	}
 	reply, err := s.exec(ctx, sh, s.script, keys, args, s.o.Timeout)
 	if err != nil {
 		return false, fmt.Errorf("redis decision: %w", err)
@@ -392,10 +431,33 @@ func (s *Redis) run(ctx context.Context, sh *redisShard, hits []Hit, now time.Ti
 	if !ok {
 		return false, fmt.Errorf("redis decision: unexpected reply %T", reply)
 	}
-	if err := decodeReply(res, hits, now, mode, out, recs); err != nil {
+	tail := 2 + 6*len(hits)
+	if len(res) != tail+1+len(clamped) {
+		return false, fmt.Errorf("redis decision: %d values returned for %d hits", len(res), len(hits))
+	}
+	outCap, _ := res[tail].(int64)
+	if outCap >= 0 {
+		// The clamping hits were charged their lowered cost: the
+		// decisions are read at it.
+		hits = append([]Hit(nil), hits...)
+		for j, i := range clamped {
+			hits[i].Cost, _ = res[tail+1+j].(int64)
+		}
+	}
+	if err := decodeReply(res[:tail], hits, now, mode, out, recs); err != nil {
 		return false, fmt.Errorf("redis decision: %w", err)
 	}
-	return res[0] == int64(1), nil
+	allowed := res[0] == int64(1)
+	for _, i := range clamped {
+		out[i].Output = hits[i].Clamp.Max
+		if outCap >= 0 {
+			out[i].Output = outCap
+			if allowed && mode == modeDecide {
+				caller[i].Cost = hits[i].Cost // what was charged
+			}
+		}
+	}
+	return allowed, nil
 }
 
 // clock is the script's now argument: 0 for Redis's TIME, else now in µs

@@ -31,23 +31,25 @@ const (
 
 // Top implements Lister. It SCANs every master (a Cluster's, concurrently)
 // with MATCH for the rule's counters, COUNT 1000, until the whole keyspace
-// has been walked or RedisOptions.TopScan keys have been examined or
-// TopTime has passed, over every master together (Truncated then), and
+// has been walked or RedisOptions.TopScan keys have been examined, and
 // reads each counter found with Peek at cost 0, so that its numbers are
-// those a Peek of that key gives.
+// those a Peek of that key gives. Both steps stop when TopTime has passed
+// since Top began (no new SCAN or Peek is sent; those in flight finish
+// within their timeout): Top then ranks what it read and says Truncated.
 func (s *Redis) Top(ctx context.Context, q TopQuery, now time.Time) (TopResult, error) {
 	if err := q.check(); err != nil {
 		return TopResult{}, err
 	}
-	keys, truncated, err := s.scanRule(ctx, q.Rule)
+	deadline := s.o.TopClock().Add(s.o.TopTime)
+	keys, truncated, err := s.scanRule(ctx, q.Rule, deadline)
 	if err != nil {
 		return TopResult{}, err
 	}
-	t, err := s.peekAll(ctx, &q, keys, now)
+	t, cut, err := s.peekAll(ctx, &q, keys, now, deadline)
 	if err != nil {
 		return TopResult{}, err
 	}
-	return TopResult{Keys: t.sorted(), Truncated: truncated}, nil
+	return TopResult{Keys: t.sorted(), Truncated: truncated || cut}, nil
 }
 
 // ruleKeys returns how the names of rule's counters read: head, the key's
@@ -80,12 +82,11 @@ func globEscape(s string) string {
 // scanRule returns the keys (public forms) of rule's counters, each once,
 // found by a SCAN bounded as Top says; truncated reports that it stopped
 // at its bound with keyspace left to walk.
-func (s *Redis) scanRule(ctx context.Context, rule *Rule) (keys []Key, truncated bool, err error) {
+func (s *Redis) scanRule(ctx context.Context, rule *Rule, deadline time.Time) (keys []Key, truncated bool, err error) {
 	head, tail := s.ruleKeys(rule)
 	// The pattern ends the rule's name at the separator, so the counters
 	// of a rule whose name starts with this one's are not matched.
 	match := globEscape(head) + "*" + globEscape(tail)
-	deadline := time.Now().Add(s.o.TopTime)
 	var (
 		examined atomic.Int64
 		cut      atomic.Bool
@@ -96,7 +97,7 @@ func (s *Redis) scanRule(ctx context.Context, rule *Rule) (keys []Key, truncated
 		var cursor uint64
 		for {
 			left := int64(s.o.TopScan) - examined.Load()
-			if left <= 0 || !time.Now().Before(deadline) {
+			if left <= 0 || !s.o.TopClock().Before(deadline) {
 				cut.Store(true)
 				return nil
 			}
@@ -141,8 +142,9 @@ func (s *Redis) scanRule(ctx context.Context, rule *Rule) (keys []Key, truncated
 }
 
 // peekAll reads keys under q with Peek at cost 0, in batches, a few at
-// once, and keeps the q.N most used.
-func (s *Redis) peekAll(parent context.Context, q *TopQuery, keys []Key, now time.Time) (*topN, error) {
+// once, and keeps the q.N most used; cut reports that the deadline came
+// before every key was read (no batch is sent after it).
+func (s *Redis) peekAll(parent context.Context, q *TopQuery, keys []Key, now, deadline time.Time) (t *topN, cut bool, err error) {
 	size, workers := topPeekBatch, topPeekers
 	if s.cluster != nil {
 		size, workers = 1, topClusterPeekers
@@ -150,9 +152,14 @@ func (s *Redis) peekAll(parent context.Context, q *TopQuery, keys []Key, now tim
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	batches := make(chan []Key)
+	var late atomic.Bool
 	go func() {
 		defer close(batches)
 		for from := 0; from < len(keys); from += size {
+			if !s.o.TopClock().Before(deadline) {
+				late.Store(true)
+				return
+			}
 			select {
 			case batches <- keys[from:min(from+size, len(keys))]:
 			case <-ctx.Done():
@@ -160,9 +167,9 @@ func (s *Redis) peekAll(parent context.Context, q *TopQuery, keys []Key, now tim
 			}
 		}
 	}()
+	t = newTopN(q.N)
 	var (
 		mu    sync.Mutex
-		t     = newTopN(q.N)
 		first error
 		wg    sync.WaitGroup
 	)
@@ -199,7 +206,7 @@ func (s *Redis) peekAll(parent context.Context, q *TopQuery, keys []Key, now tim
 		first = parent.Err() // the batches stopped short
 	}
 	if first != nil {
-		return nil, first
+		return nil, false, first
 	}
-	return t, nil
+	return t, late.Load(), nil
 }

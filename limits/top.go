@@ -162,30 +162,21 @@ func (m *Memory) Top(ctx context.Context, q TopQuery, now time.Time) (TopResult,
 		if err := ctx.Err(); err != nil {
 			return TopResult{}, err
 		}
-		s := &m.shards[i]
-		s.mu.Lock()
-		work := 0
-		for k, e := range s.m {
-			if work >= copyBatch {
-				s.mu.Unlock()
-				work = 0
-				s.mu.Lock()
-			}
-			work++
+		m.shards[i].walk(func(k stateKey, e *entry) int {
 			// A counter made under another algorithm or window is one
 			// Peek reads as fresh: it holds nothing for the rule as it is.
 			if k.rule != q.Rule.Name || e.w.span != span || e.isBucket != isBucket || e.isCalendar != isCalendar || e.idle(ns) {
-				continue
-			}
-			if !isBucket && !isCalendar {
-				work += int(e.w.size)
+				return 1
 			}
 			h := q.hit(Key{s: k.key})
 			var d Decision
 			evaluateHit(e, &h, ns, &d, false)
 			t.offer(stateOf(&h, &d))
-		}
-		s.mu.Unlock()
+			if !isBucket && !isCalendar {
+				return 1 + int(e.w.size)
+			}
+			return 1
+		})
 	}
 	return TopResult{Keys: t.sorted()}, nil
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,5 +219,51 @@ func TestRedisTopScanBound(t *testing.T) {
 	cut := topOf(t, mk("p[1]\\:", 50), limits.TopQuery{Rule: r, N: 1000}, at(1))
 	if !cut.Truncated || len(cut.Keys) == 0 || len(cut.Keys) >= 200 {
 		t.Fatalf("bounded at 50 examined: %d keys, truncated %v", len(cut.Keys), cut.Truncated)
+	}
+}
+
+// TopTime bounds the reading of the counters found too, not only the
+// SCAN: on a clock that moves 1 ms at each look (one to set the deadline,
+// one before each SCAN call, one before each batch of 100 Peeks), a 5 ms
+// bound lets the n SCAN calls that walk the keyspace and 4−n batches
+// through, and Top ranks those and says it was cut short.
+func TestRedisTopTimeBoundsTheReads(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { client.Close() })
+	var ticks atomic.Int64
+	clock := func() time.Time { return time.Unix(0, 0).Add(time.Duration(ticks.Add(1)) * time.Millisecond) }
+	r := &limits.Rule{Name: "r", Algorithm: limits.SlidingWindow, Limit: 1000, Window: time.Minute}
+	fill := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: "tt:", Timeout: time.Second, ClientClock: true})
+	t.Cleanup(fill.Close)
+	for i := range 500 {
+		allow(t, fill, r, fmt.Sprintf("k%03d", i), int64(1+i%9), at(0))
+	}
+	all := topOf(t, fill, limits.TopQuery{Rule: r, N: 1000}, at(1))
+	if all.Truncated || len(all.Keys) != 500 {
+		t.Fatalf("unbounded: %d keys, truncated %v", len(all.Keys), all.Truncated)
+	}
+	s := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: "tt:", Timeout: time.Second, ClientClock: true,
+		TopTime: 5 * time.Millisecond, TopClock: clock})
+	t.Cleanup(s.Close)
+	scans := func() int {
+		info := client.Info(context.Background(), "commandstats").Val()
+		_, after, _ := strings.Cut(info, "cmdstat_scan:calls=")
+		n, _ := strconv.Atoi(after[:strings.IndexByte(after, ',')])
+		return n
+	}
+	before := scans()
+	cut := topOf(t, s, limits.TopQuery{Rule: r, N: 1000}, at(1))
+	n := scans() - before
+	if n < 1 || n > 3 {
+		t.Fatalf("%d SCAN calls", n)
+	}
+	if want := (4 - n) * 100; !cut.Truncated || len(cut.Keys) != want {
+		t.Fatalf("5 ms on a 1 ms-a-look clock after %d SCAN calls: %d keys read, truncated %v (want %d, true)", n, len(cut.Keys), cut.Truncated, want)
+	}
+	for i := 1; i < len(cut.Keys); i++ {
+		if cut.Keys[i].Used > cut.Keys[i-1].Used {
+			t.Fatalf("not ranked at %d: %+v", i, cut.Keys[i-1:i+1])
+		}
 	}
 }

@@ -143,6 +143,8 @@ type ruleView struct {
 	Timezone      string         `json:"timezone,omitempty"` // calendar rules
 	Burst         *json.Number   `json:"burst,omitempty"`
 	Cost          string         `json:"cost"`
+	Output        string         `json:"output,omitempty"`     // total_tokens and usd rules: "reserve" or "clamp"
+	MinOutput     int64          `json:"min_output,omitempty"` // clamping rules
 	Action        string         `json:"action"`
 	MaxDelay      string         `json:"max_delay,omitempty"`
 	Tiers         map[string]any `json:"tiers,omitempty"`
@@ -186,6 +188,12 @@ func (pol *policy) view(ru *rule) ruleView {
 		Paths: c.Paths, Methods: c.Methods, Key: c.Key, OnMissingKey: c.OnMissingKey, Algorithm: c.Algorithm,
 		Limit: amount(c.Limit), Window: durationString(c.Window), WindowSeconds: seconds(c.Window), Cost: c.Cost,
 		Action: c.Action}
+	if ru.cost.settles() {
+		v.Output = config.OutputReserve
+		if ru.clamp {
+			v.Output, v.MinOutput = config.OutputClamp, ru.minOutput
+		}
+	}
 	if v.Paths == nil {
 		v.Paths = pol.cfg.ProtectedPaths
 	}

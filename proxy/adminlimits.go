@@ -53,7 +53,11 @@ func keyOf(r *http.Request, pol *policy, ru *rule) (limits.Key, error) {
 		parts[i].Value = pol.countedIP(parts[i])
 	}
 	if !slices.Equal(names, labels) {
-		return limits.Key{}, fmt.Errorf("rule %s counts by %s; the key names %s", ru.lim.Name, strings.Join(labels, "&"), strings.Join(names, "&"))
+		hint := ""
+		if slices.Contains(labels, "api_key") || slices.Contains(labels, "caller") {
+			hint = " (`ratelimit-proxy key` prints an API key's caller= and api_key= forms)"
+		}
+		return limits.Key{}, fmt.Errorf("rule %s counts by %s; the key names %s%s", ru.lim.Name, strings.Join(labels, "&"), strings.Join(names, "&"), hint)
 	}
 	return limits.NewKey(parts...), nil
 }

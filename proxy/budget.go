@@ -1,17 +1,14 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
-	"unicode/utf8"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
@@ -78,6 +75,11 @@ type budget struct {
 	unsent  bool          // refused after admission, before leaving for the upstream: nothing is charged
 	input   int64         // the input estimate
 	model   string
+	learn   bool // one answer of one choice: its output teaches OUTPUT_TOKEN_RESERVE = "learned"
+	// clampable: 0 not known yet, 1 the body can carry an output cap the
+	// proxy writes (output = "clamp"), -1 it cannot.
+	clampable int8
+	clamped   int64 // the output cap written into the body (0: none)
 }
 
 // meteredCost sets the cost of a token or money rule's hit. include is
@@ -90,14 +92,20 @@ func (x *exchange) meteredCost(ru *rule, h *limits.Hit) (include bool, d *denial
 			return false, d
 		}
 		h.Cost = c
+		if ru.clamp && x.clampable() {
+			x.clampUSD(ru, h)
+		}
 	} else {
 		h.Cost = x.tokenCost(ru.cost)
+		if ru.clamp && x.clampable() {
+			x.clampTokens(ru, h)
+		}
 	}
 	if x.apiPath != "" && x.est.Stopped {
 		// Past MAX_INPUT_TOKENS: the token cap refuses it, and a prompt
 		// that never reaches the model is charged nothing; the rule still
 		// shows its state.
-		h.Cost = 0
+		h.Cost, h.Clamp = 0, limits.Clamp{}
 	}
 	return true, nil
 }
@@ -120,9 +128,19 @@ func hiddenInput(in *keyInput) string {
 func (x *exchange) tokenCost(c costKind) int64 {
 	cost := int64(x.est.Tokens)
 	if c == costTotal {
-		cost = min(cost+requestedOutput(&x.keys, x.pol.cfg.OutputTokenReserve, int64(x.est.Batch)), maxReserve)
+		cost = min(cost+requestedOutput(&x.keys, x.outputReserve(), int64(x.est.Batch)), maxReserve)
 	}
 	return cost
+}
+
+// outputReserve is the output reserved for this request when it names no
+// cap: OUTPUT_TOKEN_RESERVE, or what was learned for its model.
+func (x *exchange) outputReserve() int64 {
+	c := x.pol.cfg
+	if !c.OutputReserveLearned {
+		return c.OutputTokenReserve
+	}
+	return x.p.learner.reserve(x.keys.model, c.OutputTokenReserveMin)
 }
 
 // requestedOutput is the output a request may produce: the largest of
@@ -179,11 +197,21 @@ func oversized(x *exchange) int {
 		if !ru.cost.metered() || ru.action == actShadow {
 			continue
 		}
-		if x.hits[i].Cost > capacity(&x.hits[i]) {
+		if fixedCost(&x.hits[i]) > capacity(&x.hits[i]) {
 			return i
 		}
 	}
 	return -1
+}
+
+// fixedCost is the part of a hit's cost no wait can lower: all of it,
+// but for a clamping hit (SPEC §8.2) its input's, since its output is
+// lowered to what remains.
+func fixedCost(h *limits.Hit) int64 {
+	if h.Clamp.Per > 0 {
+		return h.Clamp.Base
+	}
+	return h.Cost
 }
 
 // capacity is the most a hit's rule can ever admit at once: its limit,
@@ -209,25 +237,25 @@ func (x *exchange) tooCostly(i int) *denial {
 	} else {
 		ru.metrics.refused.Inc()
 	}
-	c := capacity(h)
+	c, cost := capacity(h), fixedCost(h)
 	if ru.cost == costUSD {
 		return x.tooLarge(&x.keys.c, ru.lim.Name, codeInputTooLarge,
-			"The request's reservation of $"+config.Dollars(h.Cost)+" exceeds the limit of $"+
+			"The request's reservation of $"+config.Dollars(cost)+" exceeds the limit of $"+
 				config.Dollars(c)+" of rule "+ru.lim.Name+": it can never be admitted.").
-			with(field{"denied_by", ru.lim.Name}, field{"limit", dollars(c)}, field{"estimated_cost_usd", dollars(h.Cost)},
+			with(field{"denied_by", ru.lim.Name}, field{"limit", dollars(c)}, field{"estimated_cost_usd", dollars(cost)},
 				field{"estimated_tokens", x.est.Tokens})
 	}
 	return x.tooLarge(&x.keys.c, ru.lim.Name, codeInputTooLarge,
-		"The request's cost of "+strconv.FormatInt(h.Cost, 10)+" tokens exceeds the limit of "+
+		"The request's cost of "+strconv.FormatInt(cost, 10)+" tokens exceeds the limit of "+
 			strconv.FormatInt(c, 10)+" of rule "+ru.lim.Name+": it can never be admitted.").
-		with(field{"denied_by", ru.lim.Name}, field{"limit", c}, field{"estimated_tokens", h.Cost})
+		with(field{"denied_by", ru.lim.Name}, field{"limit", c}, field{"estimated_tokens", cost})
 }
 
 // admitted prepares the accounting of a request the token rules admitted:
 // its response is read for usage; with a total_tokens charge recorded, the
 // charge is settled when the response ends, and an OpenAI streaming request
 // that did not ask for usage is made to (the client does not see it).
-func (x *exchange) admitted() {
+func (x *exchange) admitted() *denial {
 	r, in := x.r, &x.keys
 	b := &x.budget
 	for i, ru := range x.rules {
@@ -243,13 +271,15 @@ func (x *exchange) admitted() {
 		}
 	}
 	if !b.scan {
-		return
+		return nil
 	}
 	b.input = int64(x.est.Tokens)
 	if b.price == nil { // a usd rule set the model it priced (a batch's members')
 		b.model = in.model
 	}
 	b.stream = truthy(in.bodyField("stream"))
+	n, named := tokenNumber(in.bodyField("n"))
+	b.learn = x.pol.cfg.OutputReserveLearned && x.est.Batch == 0 && (!named || n <= 1)
 	if x.est.Batch > 0 {
 		// A batch's answer is an array with no usage of its own: its
 		// reservation (every member's output) is its charge.
@@ -264,16 +294,33 @@ func (x *exchange) admitted() {
 	// The usage is read from the bytes as they pass: they must not be
 	// compressed. The client gets the same answer, uncompressed.
 	r.Header["Accept-Encoding"] = []string{"identity"}
-	if !b.settle || x.body == nil || (x.format != tokens.FormatChat && x.format != tokens.FormatCompletions) {
-		return
-	}
-	if !b.stream || truthy(in.bodyField("stream_options.include_usage")) {
-		return
+	if x.body == nil {
+		return nil
 	}
 	sent := x.body.bytes()
+	if b.clampable > 0 {
+		capped, o, err := x.capOutput(sent)
+		if err != nil {
+			// Cannot happen (the body was checked before the decision):
+			// nothing leaves that could produce more than was reserved.
+			b.unsent = true
+			return x.invalid("The request body could not carry an output cap: " + err.Error() + ".")
+		}
+		if o > 0 {
+			sent, b.clamped = capped, o
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(sent)), int64(len(sent))
+			r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(sent)), nil }
+		}
+	}
+	if !b.settle || (x.format != tokens.FormatChat && x.format != tokens.FormatCompletions) {
+		return nil
+	}
+	if !b.stream || truthy(in.bodyField("stream_options.include_usage")) {
+		return nil
+	}
 	edits, err := tokens.IncludeUsage(sent)
 	if err != nil {
-		return // the output that passes is counted instead
+		return nil // the output that passes is counted instead
 	}
 	body, size := tokens.Edited(sent, edits)
 	r.Body, r.ContentLength = io.NopCloser(body), size
@@ -282,6 +329,7 @@ func (x *exchange) admitted() {
 		return io.NopCloser(body), nil
 	}
 	b.strip = true
+	return nil
 }
 
 // exchangeKey carries a request's exchange to the response hook.
@@ -374,6 +422,9 @@ func (p *Proxy) settle(x *exchange, res usage.Result) {
 	if res.Reported {
 		actual = res.Usage.Total()
 		p.ruleSet.budget.estimateError(b.model, res.Usage.Input-b.input)
+		if b.learn && !b.unsent {
+			p.learner.learn(b.model, res.Usage.Output, x.pol.cfg.OutputTokenReserveMin)
+		}
 	}
 	var spent int64
 	if b.price != nil && !b.unsent {
@@ -417,95 +468,6 @@ func (p *Proxy) settle(x *exchange, res usage.Result) {
 		p.metrics.storeErrors.Inc()
 		p.log.Warn("settling token charges failed", "err", err, "tokens", actual)
 	}
-}
-
-// tokenMetrics are one token rule's counters (SPEC §8).
-type tokenMetrics struct {
-	reserved, settled, refunded, overrun prometheus.Counter
-}
-
-// budgetMetrics are the token-budget families: per-rule counters, and how
-// far the input estimate was from the usage reported, per model.
-type budgetMetrics struct {
-	reserved, settled, refunded, overrun *prometheus.CounterVec
-	estimate                             *prometheus.HistogramVec
-	mu                                   sync.Mutex
-	models                               map[string]prometheus.Observer
-}
-
-// maxModelLabels bounds the model label: request bodies name the model, so
-// an attacker could otherwise mint series without end.
-const maxModelLabels = 64
-
-func newBudgetMetrics(reg prometheus.Registerer) (*budgetMetrics, error) {
-	counter := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"rule"})
-	}
-	m := &budgetMetrics{
-		reserved: counter("ratelimit_proxy_tokens_reserved_total",
-			"Tokens charged at admission by token rules: the input estimate (input_tokens), plus the requested output (total_tokens)."),
-		settled: counter("ratelimit_proxy_tokens_settled_total",
-			"Tokens total_tokens rules settled to when responses ended: the usage reported, else the input estimate plus the output that passed."),
-		refunded: counter("ratelimit_proxy_tokens_refunded_total",
-			"Tokens given back by settlement: reserved but not used."),
-		overrun: counter("ratelimit_proxy_tokens_overrun_total",
-			"Tokens charged by settlement beyond the reservation (output past what was reserved)."),
-		estimate: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "ratelimit_proxy_input_estimate_error_tokens",
-			Help:    "Input tokens the upstream reported minus the proxy's estimate, per model (at most 64 model labels, then \"other\").",
-			Buckets: []float64{-1000, -300, -100, -30, -10, -3, -1, 0, 1, 3, 10, 30, 100, 300, 1000},
-		}, []string{"model"}),
-		models: map[string]prometheus.Observer{},
-	}
-	for _, c := range []prometheus.Collector{m.reserved, m.settled, m.refunded, m.overrun, m.estimate} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
-}
-
-func (m *budgetMetrics) rule(name string) tokenMetrics {
-	return tokenMetrics{reserved: m.reserved.WithLabelValues(name), settled: m.settled.WithLabelValues(name),
-		refunded: m.refunded.WithLabelValues(name), overrun: m.overrun.WithLabelValues(name)}
-}
-
-// estimateError observes reported − estimated input tokens for model.
-func (m *budgetMetrics) estimateError(model string, diff int64) {
-	model = modelLabel(model)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	o, ok := m.models[model]
-	if !ok {
-		if len(m.models) >= maxModelLabels {
-			model = "other"
-		}
-		if o, ok = m.models[model]; !ok {
-			var err error
-			if o, err = m.estimate.GetMetricWithLabelValues(model); err != nil {
-				return
-			}
-			m.models[model] = o
-		}
-	}
-	o.Observe(float64(diff))
-}
-
-// modelLabel is a request's model as a label value: valid UTF-8, at most
-// 64 bytes, "unknown" when empty (the body names it: anything can come).
-func modelLabel(model string) string {
-	model = strings.ToValidUTF8(model, "\uFFFD")
-	if len(model) > 64 {
-		cut := 64
-		for cut > 0 && !utf8.RuneStart(model[cut]) {
-			cut--
-		}
-		model = model[:cut]
-	}
-	if model == "" {
-		return "unknown"
-	}
-	return model
 }
 
 // truthy reports whether a body field's value reads as true to a lenient

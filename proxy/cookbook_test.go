@@ -258,3 +258,30 @@ func TestCookbookMonthlySpend(t *testing.T) {
 		t.Fatalf("February: %d %v %s", w.Code, w.Header(), w.Body)
 	}
 }
+
+// Hard budgets: a request asking for more output than a key has left is
+// lowered to what is left on the tighter rule (here the hourly tokens),
+// and the next one, with less than min_output left, is refused.
+func TestCookbookHardBudget(t *testing.T) {
+	g, url := newGreedy(t)
+	f := newFixture(t, upstreamAt(url), cookbook(t, "hard-budget.toml", "UPSTREAM_URL", url))
+	body := `{"model":"gpt-4o","max_tokens":600000,"messages":[{"role":"user","content":"hi"}]}`
+	est := estimate(t, "/v1/chat/completions", body)
+	// $5 buys 500,000 output tokens minus the input's: the token rule is
+	// the tighter one.
+	want := 500000 - est
+	w := f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", body, "Authorization", "Bearer k1", "X-Test-Prompt", strconv.FormatInt(est, 10))
+	if w.Code != 200 || header(w, "X-Ratelimit-Output-Clamped") != want || g.reported.Load() != 500000 {
+		t.Fatalf("want a cap of %d: %d %v", want, w.Code, w.Header())
+	}
+	w = f.send("/v1/chat/completions", "203.0.113.7:1", "application/json", body, "Authorization", "Bearer k1")
+	if w.Code != 429 || !strings.Contains(w.Body.String(), `"denied_by":"tokens-per-key-hour"`) {
+		t.Fatalf("spent: %d %s", w.Code, w.Body)
+	}
+	// Another key has its own budgets; a cap that fits is left alone.
+	small := strings.Replace(body, "600000", "100", 1)
+	w = f.send("/v1/chat/completions", "203.0.113.8:1", "application/json", small, "Authorization", "Bearer k2", "X-Test-Prompt", "1")
+	if w.Code != 200 || w.Header().Get("X-Ratelimit-Output-Clamped") != "" {
+		t.Fatalf("k2: %d %v", w.Code, w.Header())
+	}
+}

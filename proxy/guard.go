@@ -233,8 +233,7 @@ func (x *exchange) decide() *denial {
 				x.endHeldRead(false)
 				x.unhold("admitted")
 			}
-			x.admitted()
-			return nil
+			return x.admitted()
 		}
 		if !x.holdable(now.Sub(x.start)) {
 			x.observeRules(len(x.rules))

@@ -8,11 +8,14 @@ import (
 // KeyForms are an API key's public forms, as `ratelimit-proxy key` prints
 // them: Caller is the caller the proxy makes of the key ("key:" and the
 // first 16 hex digits of its SHA-256, what logs, denied_key and the admin
-// API write after "caller="), SHA256 its whole hex digest, which is what
-// an API_KEYS_FILE lists. The key is read as a header carries it: white
+// API write after "caller="), APIKey the value of the api_key key part
+// (those 16 hex digits alone: what a rule keyed by api_key writes after
+// "api_key="), SHA256 its whole hex digest, which is what an
+// API_KEYS_FILE lists. The key is read as a header carries it: white
 // space around it and a "Bearer " prefix are not part of it.
 type KeyForms struct {
 	Caller string `json:"caller"`
+	APIKey string `json:"api_key"`
 	SHA256 string `json:"sha256"`
 }
 
@@ -24,5 +27,6 @@ func KeyFormsOf(key string) (f KeyForms, ok bool) {
 		return KeyForms{}, false
 	}
 	sum := sha256.Sum256([]byte(tok))
-	return KeyForms{Caller: hashKey(tok), SHA256: hex.EncodeToString(sum[:])}, true
+	caller := hashKey(tok)
+	return KeyForms{Caller: caller, APIKey: caller[len("key:"):], SHA256: hex.EncodeToString(sum[:])}, true
 }

@@ -89,8 +89,13 @@ type rule struct {
 	fields  tokens.Fields
 	cost    costKind
 	maxCost int64 // a token rule's largest limit, burst, tier or override
-	metrics *ruleMetrics
-	conf    config.Rule // what it was compiled from, live changes applied
+	// clamp: output = "clamp" (SPEC §8.2), a total_tokens or usd rule
+	// whose admissions leave with an output cap no larger than what was
+	// reserved; minOutput the smallest cap it sends.
+	clamp     bool
+	minOutput int64
+	metrics   *ruleMetrics
+	conf      config.Rule // what it was compiled from, live changes applied
 }
 
 // tierLimit is a limit that replaces a rule's for one plan or key.
@@ -207,10 +212,20 @@ func (pol *policy) compileRule(cr *config.Rule, index int, rm *ruleMetricSet) (*
 		}
 		ru.fields.JSON = append(ru.fields.JSON, outputJSON...)
 		ru.fields.Form = append(ru.fields.Form, outputForm...)
+		if cr.Output == config.OutputClamp && cr.Action != config.ActionShadow {
+			// A shadow rule never refuses: it clamps nothing either.
+			ru.clamp, ru.minOutput = true, cr.MinOutput
+			if ru.minOutput < 1 {
+				ru.minOutput = config.DefaultMinOutput
+			}
+		}
 	}
 	ru.needsBody = ru.cost.metered() // the estimate is the cost
 	if ru.cost.metered() {
 		ru.metrics.tokens = rm.budget.rule(cr.Name)
+	}
+	if ru.clamp {
+		ru.metrics.tokens.clamped = rm.budget.clamped.WithLabelValues(cr.Name) // the series exists from the start
 	}
 	ru.headers = newRuleHeaders(lim, ru.cost)
 	switch cr.Action {

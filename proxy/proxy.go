@@ -84,7 +84,8 @@ type Proxy struct {
 	now       func() time.Time
 	policy    atomic.Pointer[policy]
 	ruleSet   *ruleMetricSet
-	delayed   atomic.Int64 // requests held by delay rules now
+	learner   *outputLearner // OUTPUT_TOKEN_RESERVE = "learned"
+	delayed   atomic.Int64   // requests held by delay rules now
 	metrics   *metrics
 	tokens    *tokens.Tokenizer
 	storeName string
@@ -159,6 +160,10 @@ func New(o Options) (*Proxy, error) {
 	}
 	p.metrics = m
 	if p.ruleSet, err = newRuleMetricSet(o.Registerer); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	p.learner = newOutputLearner(p.ruleSet.budget.outputReserve)
+	if err = o.Registerer.Register(newRuleInfo(p)); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	if p.reloads, err = newReloadMetrics(o.Registerer); err != nil {

@@ -341,7 +341,7 @@ func (m *ruleMetricSet) forgetRule(name string) {
 	m.shadow.DeletePartialMatch(l)
 	m.usage.DeletePartialMatch(l)
 	m.delayed.DeletePartialMatch(l)
-	for _, v := range []*prometheus.CounterVec{m.budget.reserved, m.budget.settled, m.budget.refunded, m.budget.overrun} {
+	for _, v := range []*prometheus.CounterVec{m.budget.reserved, m.budget.settled, m.budget.refunded, m.budget.overrun, m.budget.clamped} {
 		v.DeletePartialMatch(l)
 	}
 	m.spend.forgetRule(name)

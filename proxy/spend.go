@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"math"
 	"math/bits"
 	"net/http"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
+	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/usage"
 )
 
@@ -115,8 +117,45 @@ func (x *exchange) usdCost(ru *rule) (cost int64, priced bool, d *denial) {
 			logged("rule", ru.lim.Name, "reason", codeUnpricedModel, "path", x.r.URL.Path)
 	}
 	x.budget.price, x.budget.model = price, model
-	out := requestedOutput(in, x.pol.cfg.OutputTokenReserve, int64(x.est.Batch))
+	if ru.clamp && x.clampable() {
+		return 0, true, nil // clampUSD sets the hit's cost
+	}
+	out := requestedOutput(in, x.outputReserve(), int64(x.est.Batch))
 	return reserveUSD(price, int64(x.est.Tokens), out), true, nil
+}
+
+// clampUSD makes a clamping usd hit (SPEC §8.2): the input's price
+// (rounded up to the micro-dollar) plus an output the store may lower to
+// what remains, at the output price per token of every choice. Its full
+// cost is never below the exact reservation of the output asked.
+func (x *exchange) clampUSD(ru *rule, h *limits.Hit) {
+	p, input := x.budget.price, int64(x.est.Tokens)
+	_, outPrice := rates(p, input)
+	base := reserveUSD(p, input, 0)
+	out, choices := outputAsked(&x.keys, x.outputReserve(), int64(x.est.Batch))
+	per := float64(outPrice) * float64(choices) / 1e6 // µUSD per output token, all choices
+	if per <= 0 {
+		h.Cost = base // free output: nothing to clamp
+		return
+	}
+	out = max(min(out, int64(float64(maxReserve-base)/per)), 0)
+	h.Clamp = limits.Clamp{Base: base, Per: per, Max: out, Min: ru.minOutput}
+	h.Cost = base + int64(math.Ceil(float64(out)*per))
+	if exact := reserveUSD(p, input, out*choices); exact > h.Cost {
+		h.Cost = exact // float rounding: the store then charges the exact amount
+	}
+}
+
+// usdFits is the output the charge of usd hit i covers exactly, at most
+// o: the store lowers in float arithmetic, so a product rounded below
+// its exact value costs an output token.
+func (x *exchange) usdFits(i int, o int64) int64 {
+	p, input := x.budget.price, int64(x.est.Tokens)
+	_, choices := outputAsked(&x.keys, x.outputReserve(), int64(x.est.Batch))
+	for o > 1 && reserveUSD(p, input, o*choices) > x.hits[i].Cost {
+		o--
+	}
+	return o
 }
 
 // dollars is an amount of micro-dollars as a JSON number of dollars.

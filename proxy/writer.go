@@ -74,6 +74,11 @@ func (e *exchange) WriteHeader(code int) {
 	if e.limited {
 		e.stamp(e.ResponseWriter.Header())
 	}
+	if e.forwarded && e.budget.clamped > 0 {
+		// The request left with the output cap it was lowered to, or
+		// given (SPEC §8.2): its answer says so, whatever the upstream's.
+		e.ResponseWriter.Header()["X-Ratelimit-Output-Clamped"] = []string{strconv.FormatInt(e.budget.clamped, 10)}
+	}
 	e.ResponseWriter.WriteHeader(code)
 }
 

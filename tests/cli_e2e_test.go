@@ -295,12 +295,15 @@ func TestKeyCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("key -json: %v", err)
 	}
-	var forms struct{ Caller, Public, SHA256 string }
+	var forms struct {
+		Caller, Public, SHA256 string
+		APIKey                 string `json:"api_key"`
+	}
 	if err := json.Unmarshal(out, &forms); err != nil {
 		t.Fatalf("%s: %v", out, err)
 	}
 	sum := sha256.Sum256([]byte(key))
-	if forms.SHA256 != hex.EncodeToString(sum[:]) || forms.Public != "caller="+forms.Caller {
+	if forms.SHA256 != hex.EncodeToString(sum[:]) || forms.Public != "caller="+forms.Caller || forms.APIKey != "api_key="+forms.SHA256[:16] {
 		t.Fatalf("forms %+v", forms)
 	}
 	p := startProxy(t, "http://127.0.0.1:1", map[string]string{"CHAT_RPM": "0"})
@@ -309,9 +312,20 @@ func TestKeyCommand(t *testing.T) {
 	if got := r.json(t)["denied_key"]; got != forms.Public {
 		t.Fatalf("denied_key %v, key prints %s", got, forms.Public)
 	}
+	// A rule keyed by api_key writes the key's api_key form.
+	cfgPath := filepath.Join(t.TempDir(), "k.toml")
+	if err := os.WriteFile(cfgPath, []byte("[[rule]]\nname = \"by-key\"\nkey = [\"api_key\"]\nlimit = 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p = startProxy(t, "http://127.0.0.1:1", nil, "-config", cfgPath)
+	r = p.post(t, "/v1/chat/completions", "Authorization", "Bearer "+key)
+	wantStatus(t, r, http.StatusTooManyRequests)
+	if got := r.json(t)["denied_key"]; got != forms.APIKey {
+		t.Fatalf("denied_key %v on an api_key rule, key prints %s", got, forms.APIKey)
+	}
 	cmd = exec.Command(binPath, "key")
 	cmd.Stdin = strings.NewReader(key)
-	if out, err := cmd.Output(); err != nil || string(out) != forms.Public+"\nsha256 = \""+forms.SHA256+"\"\n" {
+	if out, err := cmd.Output(); err != nil || string(out) != forms.Public+"\n"+forms.APIKey+"\nsha256 = \""+forms.SHA256+"\"\n" {
 		t.Fatalf("plain output %q %v", out, err)
 	}
 	if err := exec.Command(binPath, "key", key).Run(); err == nil {

@@ -79,6 +79,7 @@ window = "1m"
 name   = "tokens-per-caller"
 paths  = ["/v1/messages"]
 cost   = "total_tokens"
+output = "clamp"
 limit  = 1000000
 window = "1h"
 
@@ -87,11 +88,13 @@ input  = 3.00
 output = 15.00
 
 [[rule]]
-name   = "spend-per-caller"
-paths  = ["/v1/messages"]
-cost   = "usd"
-limit  = 100.00
-window = "24h"
+name      = "spend-per-caller"
+paths     = ["/v1/messages"]
+cost      = "usd"
+limit     = 100.00
+algorithm = "calendar"
+window    = "month"
+timezone  = "Europe/Rome"
 
 [[upstream_group]]
 name          = "chat"
@@ -147,7 +150,7 @@ func TestDeployAgainstPrometheus(t *testing.T) {
 	// JWT_HS256_SECRET: the JWT families exist (the callers' plain
 	// bearer tokens below are API keys still).
 	p := startProxy(t, up.URL, map[string]string{"REDIS_URL": redis.URL(), "REDIS_TIMEOUT": "500ms",
-		"FAIL_OPEN": "local", "JWT_HS256_SECRET": deployJWTSecret}, "-config", cfg)
+		"FAIL_OPEN": "local", "JWT_HS256_SECRET": deployJWTSecret, "OUTPUT_TOKEN_RESERVE": "learned"}, "-config", cfg)
 
 	// A second proxy, in memory with STATE_FILE (ignored with Redis): the
 	// state file's families, saved every 200 ms. Its own upstream, so as

@@ -13,13 +13,13 @@ import (
 const maxKeyInput = 64 << 10
 
 // runKey is `ratelimit-proxy key`: read an API key on stdin and print its
-// public form (as logs and the admin API write the caller) and its
-// SHA-256 (what API_KEYS_FILE lists), so that nobody computes either by
+// public forms (as logs and the admin API write the caller, and the
+// api_key key part) and its SHA-256 (what API_KEYS_FILE lists), so that nobody computes either by
 // hand and the key itself is never written anywhere.
 func runKey(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ratelimit-proxy key", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, `print {"caller","public","sha256"} instead of two lines`)
+	asJSON := fs.Bool("json", false, `print {"caller","public","api_key","sha256"} instead of three lines`)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ratelimit-proxy key [-json] < key")
 		fs.PrintDefaults()
@@ -49,11 +49,12 @@ func runKey(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		out, _ := json.Marshal(struct {
 			Caller string `json:"caller"`
 			Public string `json:"public"`
+			APIKey string `json:"api_key"`
 			SHA256 string `json:"sha256"`
-		}{f.Caller, "caller=" + f.Caller, f.SHA256})
+		}{f.Caller, "caller=" + f.Caller, "api_key=" + f.APIKey, f.SHA256})
 		fmt.Fprintln(stdout, string(out))
 		return 0
 	}
-	fmt.Fprintf(stdout, "caller=%s\nsha256 = %q\n", f.Caller, f.SHA256)
+	fmt.Fprintf(stdout, "caller=%s\napi_key=%s\nsha256 = %q\n", f.Caller, f.APIKey, f.SHA256)
 	return 0
 }
