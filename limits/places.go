@@ -57,14 +57,22 @@ func placeDecision(n, limit, cost int64) Decision {
 
 // MemoryPlaces keeps the places of one instance in process.
 type MemoryPlaces struct {
-	mu sync.Mutex
-	n  map[stateKey]int64
+	mu  sync.Mutex
+	n   map[stateKey]placeCount
+	gen uint32 // the generation the next new count gets
+}
+
+// placeCount is a (rule, key)'s places in use; gen tells a count made
+// after a ResetKey from the one a ticket was taken from.
+type placeCount struct {
+	n   int64
+	gen uint32
 }
 
 var _ Places = (*MemoryPlaces)(nil)
 
 // NewMemoryPlaces returns an empty in-process Places.
-func NewMemoryPlaces() *MemoryPlaces { return &MemoryPlaces{n: make(map[stateKey]int64)} }
+func NewMemoryPlaces() *MemoryPlaces { return &MemoryPlaces{n: make(map[stateKey]placeCount)} }
 
 // Take implements Places, in one critical section.
 func (m *MemoryPlaces) Take(_ context.Context, hits []Hit, out []Decision, take bool) (bool, error) {
@@ -77,7 +85,7 @@ func (m *MemoryPlaces) Take(_ context.Context, hits []Hit, out []Decision, take 
 	for i := range hits {
 		h := &hits[i]
 		limit, _ := h.Limits()
-		out[i] = placeDecision(m.n[stateKey{rule: h.Rule.Name, key: h.Key.s}], limit, h.Cost)
+		out[i] = placeDecision(m.n[stateKey{rule: h.Rule.Name, key: h.Key.s}].n, limit, h.Cost)
 		if !h.Rule.Shadow {
 			allowed = allowed && out[i].Allowed
 		}
@@ -87,9 +95,16 @@ func (m *MemoryPlaces) Take(_ context.Context, hits []Hit, out []Decision, take 
 	}
 	for i := range hits {
 		if out[i].Allowed && hits[i].Cost > 0 {
-			m.n[stateKey{rule: hits[i].Rule.Name, key: hits[i].Key.s}]++
+			k := stateKey{rule: hits[i].Rule.Name, key: hits[i].Key.s}
+			c, ok := m.n[k]
+			if !ok {
+				m.gen++
+				c.gen = m.gen
+			}
+			c.n++
+			m.n[k] = c
 			out[i].NextAfter = placeWait
-			out[i].Ticket = Ticket{set: true}
+			out[i].Ticket = Ticket{set: true, gen: c.gen}
 		}
 	}
 	return true, nil
@@ -104,12 +119,37 @@ func (m *MemoryPlaces) Release(p []Place) {
 			continue
 		}
 		k := stateKey{rule: p[i].Hit.Rule.Name, key: p[i].Hit.Key.s}
-		if n := m.n[k]; n > 1 {
-			m.n[k] = n - 1
-		} else {
+		c, ok := m.n[k]
+		switch {
+		case !ok || c.gen != p[i].Ticket.gen:
+			// reset since: the place is no longer counted
+		case c.n > 1:
+			c.n--
+			m.n[k] = c
+		default:
 			delete(m.n, k)
 		}
 	}
+}
+
+// ResetKey forgets the places of (rule, key) in use (the admin API's
+// DELETE): the requests holding them keep running, no longer counted.
+func (m *MemoryPlaces) ResetKey(_ context.Context, rule *Rule, key Key) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.n, stateKey{rule: rule.Name, key: key.s})
+	return nil
+}
+
+// Held is how many places are in use now, over every key.
+func (m *MemoryPlaces) Held() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, c := range m.n {
+		n += int(c.n)
+	}
+	return n
 }
 
 // checkPlaces reports a malformed batch of concurrency hits.
@@ -231,10 +271,15 @@ func (p *placed) giveBack(c []Hit, cd []Decision) {
 	p.places.Release(taken)
 }
 
-// Reset forgets s's counters; places in flight are requests still running
-// and stay until they end.
+// Reset forgets s's counters, and a concurrency rule's places of key: the
+// requests holding them keep running, no longer counted.
 func (p *placed) Reset(ctx context.Context, rule *Rule, key Key) error {
 	if rule != nil && rule.Algorithm == Concurrency {
+		if r, ok := p.places.(interface {
+			ResetKey(context.Context, *Rule, Key) error
+		}); ok && key.s != "" {
+			return r.ResetKey(ctx, rule, key)
+		}
 		return nil
 	}
 	return p.Store.Reset(ctx, rule, key)

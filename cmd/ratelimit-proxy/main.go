@@ -176,7 +176,7 @@ func serve(cfg config.Config, cfgPath string, level *slog.LevelVar, log *slog.Lo
 			return err
 		}
 		defer shared.close()
-		opts.Store, opts.StoreName = shared.store, "redis"
+		opts.Store, opts.StoreName, opts.Places = shared.store, "redis", shared.places
 		opts.StoreUp = func() bool { return shared.redis.Check(context.Background()) }
 		opts.GateRedis = &gate.RedisOptions{Client: shared.client, Prefix: cfg.RedisPrefix, Timeout: cfg.RedisTimeout,
 			Instances: cfg.RedisInstances, FailClosed: cfg.FailOpen == config.FailOpenFalse}
@@ -313,10 +313,12 @@ func serveMock(cfg config.Config, log *slog.Logger) error {
 type sharedStore struct {
 	redis  *limits.Redis
 	store  limits.Store // redis, or the local fallback around it
+	places *limits.RedisPlaces
 	client redis.UniversalClient
 }
 
 func (s *sharedStore) close() {
+	s.places.Close()
 	s.redis.Close()
 	s.client.Close()
 }
@@ -337,11 +339,15 @@ func newRedisStore(cfg config.Config, reg prometheus.Registerer, log *slog.Logge
 	rs := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: cfg.RedisPrefix, Timeout: cfg.RedisTimeout,
 		OnCall: sm.Call, OnStateChange: sm.StateChange})
 	s := &sharedStore{redis: rs, store: rs, client: client}
+	// Concurrency rules' places, shared by leases.
+	po := limits.RedisPlacesOptions{Client: client, Prefix: cfg.RedisPrefix, Timeout: cfg.RedisTimeout, OnCall: sm.Call}
 	if cfg.FailOpen == config.FailOpenLocal {
 		fb := limits.NewFallback(rs, memory, cfg.RedisInstances)
 		fb.OnFallback = sm.Fallback
 		s.store = fb
+		po.Local, po.Instances = limits.NewMemoryPlaces(), cfg.RedisInstances
 	}
+	s.places = limits.NewRedisPlaces(po)
 	// Open the connections and load the scripts before serving, so the
 	// first burst is decided within REDIS_TIMEOUT.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
