@@ -309,3 +309,47 @@ window = "1m"
 		})
 	}
 }
+
+// The cookbook's in-flight.toml: four streams of a caller at once, the
+// fifth refused; the team plan gets sixteen.
+func TestCookbookInFlight(t *testing.T) {
+	u := newHoldingUpstream(t)
+	f := newFixture(t, upstreamAt(u.srv.URL), cookbook(t, "in-flight.toml", "UPSTREAM_URL", u.srv.URL))
+	srv := httptest.NewServer(f.handler)
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	post := func(key, plan string) (*http.Response, error) {
+		r, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/api/chat", strings.NewReader(`{"message":"hi"}`))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Authorization", "Bearer "+key)
+		r.Header.Set("X-Plan", plan)
+		r.Header.Set("X-Mode", "stream")
+		return http.DefaultClient.Do(r)
+	}
+	var open []*http.Response
+	for i := range 4 {
+		resp, err := post("k1", "")
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("stream %d: %v %v", i+1, resp, err)
+		}
+		open = append(open, resp)
+	}
+	if resp, err := post("k1", ""); err != nil || resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "1" {
+		t.Fatalf("the fifth: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	for i := range 5 {
+		resp, err := post("k2", "team")
+		if err != nil || resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Limit") != "16" {
+			t.Fatalf("team stream %d: %v %v", i+1, resp, err)
+		}
+		open = append(open, resp)
+	}
+	close(u.release)
+	for _, r := range open {
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+	}
+}
