@@ -304,3 +304,39 @@ func (p *placed) Settle(ctx context.Context, s []Settlement, now time.Time) erro
 	}
 	return p.Store.Settle(ctx, s, now)
 }
+
+// Top implements Lister for the places of concurrency rules (the admin
+// API's top keys: used is the requests in flight) and passes other rules
+// to the store.
+func (p *placed) Top(ctx context.Context, q TopQuery, now time.Time) (TopResult, error) {
+	if q.Rule != nil && q.Rule.Algorithm == Concurrency {
+		if l, ok := p.places.(Lister); ok {
+			return l.Top(ctx, q, now)
+		}
+		return TopResult{}, ErrNoTop
+	}
+	if l, ok := p.Store.(Lister); ok {
+		return l.Top(ctx, q, now)
+	}
+	return TopResult{}, ErrNoTop
+}
+
+// Top implements Lister: the keys of q.Rule with the most places in use.
+func (m *MemoryPlaces) Top(_ context.Context, q TopQuery, _ time.Time) (TopResult, error) {
+	if err := q.check(); err != nil {
+		return TopResult{}, err
+	}
+	t := newTopN(q.N)
+	m.mu.Lock()
+	for k, c := range m.n {
+		if k.rule != q.Rule.Name {
+			continue
+		}
+		h := q.hit(Key{s: k.key})
+		limit, _ := h.Limits()
+		d := placeDecision(c.n, limit, 0)
+		t.offer(stateOf(&h, &d))
+	}
+	m.mu.Unlock()
+	return TopResult{Keys: t.sorted()}, nil
+}

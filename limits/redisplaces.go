@@ -6,7 +6,9 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -354,4 +356,85 @@ func (p *RedisPlaces) ResetKey(ctx context.Context, rule *Rule, key Key) error {
 	ctx, cancel := context.WithTimeout(ctx, max(p.o.Timeout, 250*time.Millisecond))
 	defer cancel()
 	return p.o.Client.Del(ctx, p.setKey(&h)).Err()
+}
+
+// Top implements Lister: a SCAN of every master for q.Rule's lease sets
+// (at most 100,000 keys examined), then their places in use read by the
+// script, 100 sets a call on a server, one on a Cluster; bounded by
+// 100 ms in all, past which it ranks what it read and says Truncated.
+func (p *RedisPlaces) Top(ctx context.Context, q TopQuery, _ time.Time) (TopResult, error) {
+	if err := q.check(); err != nil {
+		return TopResult{}, err
+	}
+	head := p.o.Prefix + "{" + q.Rule.Name + "|"
+	const tail = "}:l"
+	match := globEscape(head) + "*" + globEscape(tail)
+	deadline := time.Now().Add(100 * time.Millisecond)
+	var (
+		mu        sync.Mutex
+		keys      []Key
+		seen      = map[string]bool{}
+		examined  atomic.Int64
+		truncated atomic.Bool
+	)
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		var cursor uint64
+		for {
+			if examined.Load() >= 100_000 || !time.Now().Before(deadline) {
+				truncated.Store(true)
+				return nil
+			}
+			examined.Add(1000)
+			names, next, err := c.Scan(ctx, cursor, match, 1000).Result()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			for _, n := range names {
+				k, ok := strings.CutPrefix(n, head)
+				if k, ok = strings.CutSuffix(k, tail); ok && !seen[k] {
+					if pk, err := ParseKey(k); err == nil && pk.s == k {
+						seen[k] = true
+						keys = append(keys, Key{s: k})
+					}
+				}
+			}
+			mu.Unlock()
+			if cursor = next; cursor == 0 {
+				return nil
+			}
+		}
+	}
+	var err error
+	if c, ok := p.o.Client.(*redis.ClusterClient); ok {
+		err = c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, p.o.Client)
+	}
+	if err != nil {
+		return TopResult{}, fmt.Errorf("redis scan: %w", err)
+	}
+	batch := 100
+	if p.cluster {
+		batch = 1
+	}
+	t := newTopN(q.N)
+	for from := 0; from < len(keys); from += batch {
+		if !time.Now().Before(deadline) {
+			truncated.Store(true)
+			break
+		}
+		hits := make([]Hit, 0, batch)
+		for _, k := range keys[from:min(from+batch, len(keys))] {
+			hits = append(hits, q.hit(k))
+		}
+		out := make([]Decision, len(hits))
+		if _, err := p.takeAll(ctx, hits, out, false); err != nil {
+			return TopResult{}, err
+		}
+		for i := range hits {
+			t.offer(stateOf(&hits[i], &out[i]))
+		}
+	}
+	return TopResult{Keys: t.sorted(), Truncated: truncated.Load()}, nil
 }

@@ -90,7 +90,7 @@ func (p *Proxy) adminTop(w http.ResponseWriter, r *http.Request) {
 		adminError(w, http.StatusBadRequest, codeInvalidRequest, err.Error()+".")
 		return
 	}
-	lister, ok := p.store.(limits.Lister)
+	lister, ok := p.batch.(limits.Lister)
 	if !ok {
 		adminError(w, http.StatusNotImplemented, "not_implemented", "This state store cannot list its keys.")
 		return

@@ -353,3 +353,52 @@ func TestCookbookInFlight(t *testing.T) {
 		r.Body.Close()
 	}
 }
+
+// ?top=N on a concurrency rule lists the keys with the most requests in
+// flight, in memory and on Redis leases.
+func TestConcurrencyTop(t *testing.T) {
+	for _, store := range []string{"memory", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			u := newHoldingUpstream(t)
+			opts := []option{upstreamAt(u.srv.URL), rules(t, strings.Replace(concRules, "limit     = 2", "limit     = 5", 1))}
+			if store == "redis" {
+				srv := redistest.Start(t)
+				client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+				t.Cleanup(func() { client.Close() })
+				places := limits.NewRedisPlaces(limits.RedisPlacesOptions{Client: client, Prefix: "top:", Timeout: time.Second})
+				t.Cleanup(places.Close)
+				opts = append(opts, func(_ *config.Config, o *proxy.Options) { o.Places = places })
+			}
+			f := newFixture(t, opts...)
+			srv := httptest.NewServer(f.handler)
+			t.Cleanup(srv.Close)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var open []*http.Response
+			for team, n := range map[string]int{"a": 3, "b": 1, "c": 2} {
+				for range n {
+					resp, err := postTeam(ctx, srv.URL, team, "stream")
+					if err != nil || resp.StatusCode != 200 {
+						t.Fatalf("%s: %v %v", team, resp, err)
+					}
+					open = append(open, resp)
+				}
+			}
+			code, m := f.adminDo(t, "GET", "/admin/limits/conc?top=2", "", "")
+			keys := topKeys(t, m)
+			if code != 200 || len(keys) != 2 || keys[0]["key"] != "header:X-Team=a" || keys[0]["used"] != 3.0 || keys[0]["remaining"] != 2.0 ||
+				keys[1]["key"] != "header:X-Team=c" || keys[1]["used"] != 2.0 {
+				t.Fatalf("top=2: %d %v", code, m)
+			}
+			close(u.release)
+			for _, r := range open {
+				io.Copy(io.Discard, r.Body)
+				r.Body.Close()
+			}
+			awaitInFlight(t, f, "a", 0)
+			if _, m := f.adminDo(t, "GET", "/admin/limits/conc?top=5", "", ""); len(topKeys(t, m)) != 0 {
+				t.Fatalf("all ended: %v", m)
+			}
+		})
+	}
+}

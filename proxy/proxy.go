@@ -163,6 +163,15 @@ func New(o Options) (*Proxy, error) {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	p.learner = newOutputLearner(p.ruleSet.budget.outputReserve)
+	if held, ok := p.places.(interface{ Held() int }); ok {
+		err = o.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ratelimit_proxy_places_in_use",
+			Help: "Places of concurrency rules held by this instance's requests in flight (with Redis, the leases this instance renews).",
+		}, func() float64 { return float64(held.Held()) }))
+		if err != nil {
+			return nil, fmt.Errorf("registering metrics: %w", err)
+		}
+	}
 	if err = o.Registerer.Register(newRuleInfo(p)); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
