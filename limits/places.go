@@ -184,18 +184,8 @@ type placed struct {
 }
 
 // split copies the concurrency hits of hits into c and the others into o,
-// with their indexes; ok is false when there is none.
-func split(hits []Hit, c, o *[]Hit, ci, oi *[]int) bool {
-	any := false
-	for i := range hits {
-		if hits[i].Rule != nil && hits[i].Rule.Algorithm == Concurrency {
-			any = true
-			break
-		}
-	}
-	if !any {
-		return false
-	}
+// with their indexes.
+func split(hits []Hit, c, o *[]Hit, ci, oi *[]int) {
 	for i := range hits {
 		if hits[i].Rule != nil && hits[i].Rule.Algorithm == Concurrency {
 			*c, *ci = append(*c, hits[i]), append(*ci, i)
@@ -203,7 +193,6 @@ func split(hits []Hit, c, o *[]Hit, ci, oi *[]int) bool {
 			*o, *oi = append(*o, hits[i]), append(*oi, i)
 		}
 	}
-	return true
 }
 
 func (p *placed) Decide(ctx context.Context, hits []Hit, now time.Time, out []Decision) (bool, error) {
@@ -215,15 +204,32 @@ func (p *placed) Peek(ctx context.Context, hits []Hit, now time.Time, out []Deci
 }
 
 func (p *placed) evaluate(ctx context.Context, hits []Hit, now time.Time, out []Decision, record bool) (bool, error) {
-	var cBuf, oBuf [maxInlineHits]Hit
-	var ciBuf, oiBuf [maxInlineHits]int
-	c, o, ci, oi := cBuf[:0], oBuf[:0], ciBuf[:0], oiBuf[:0]
-	if !split(hits, &c, &o, &ci, &oi) {
+	if !hasPlaces(hits) {
+		// The common case, kept apart: the buffers below escape to the
+		// heap (1.6 KB and 4 allocations a request, measured).
 		if record {
 			return p.Store.Decide(ctx, hits, now, out)
 		}
 		return p.Store.Peek(ctx, hits, now, out)
 	}
+	return p.evaluatePlaces(ctx, hits, now, out, record)
+}
+
+// hasPlaces reports whether a hit of hits is a concurrency rule's.
+func hasPlaces(hits []Hit) bool {
+	for i := range hits {
+		if hits[i].Rule != nil && hits[i].Rule.Algorithm == Concurrency {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *placed) evaluatePlaces(ctx context.Context, hits []Hit, now time.Time, out []Decision, record bool) (bool, error) {
+	var cBuf, oBuf [maxInlineHits]Hit
+	var ciBuf, oiBuf [maxInlineHits]int
+	c, o, ci, oi := cBuf[:0], oBuf[:0], ciBuf[:0], oiBuf[:0]
+	split(hits, &c, &o, &ci, &oi)
 	if len(out) < len(hits) {
 		return false, ErrBatch
 	}

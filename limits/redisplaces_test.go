@@ -269,3 +269,22 @@ func TestRedisPlacesNeverPastTheLimit(t *testing.T) {
 		t.Fatalf("%d places left", n)
 	}
 }
+
+// A batch without a concurrency rule goes through WithPlaces as it would
+// to the store alone: no allocation (the split's buffers once escaped to
+// the heap for every request, 1.6 KB in four allocations).
+func TestWithPlacesAddsNoAllocation(t *testing.T) {
+	s := limits.WithPlaces(limits.NewMemory(limits.MemoryOptions{}), limits.NewMemoryPlaces())
+	hits := []limits.Hit{{Rule: &limits.Rule{Name: "w", Algorithm: limits.SlidingWindow, Limit: 1 << 40, Window: time.Minute},
+		Key: limits.KeyOf("caller", "k"), Cost: 1}}
+	out := make([]limits.Decision, 1)
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	s.Decide(ctx, hits, now, out) // the counter exists
+	if n := testing.AllocsPerRun(200, func() {
+		now = now.Add(time.Millisecond)
+		s.Decide(ctx, hits, now, out)
+	}); n != 0 {
+		t.Fatalf("%v allocations a decision", n)
+	}
+}
