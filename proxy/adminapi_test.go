@@ -162,15 +162,19 @@ window = "10s"
 	if b["used"] != 3.0 || b["remaining"] != 1.0 || b["burst"] != 4.0 || b["limit"] != 10.0 {
 		t.Errorf("bucket: %v", b)
 	}
-	// Errors: unknown rule 404; a key of another shape 400; no key 400.
+	// Errors: unknown rule 404; a key of another shape 400; a tier without a key 400.
 	if code, m := f.adminDo(t, "GET", "/admin/limits/nope?key=x", "", ""); code != 404 || m["error"] != "unknown_rule" {
 		t.Errorf("unknown rule: %d %v", code, m)
 	}
 	if code, _ := f.adminDo(t, "GET", "/admin/limits/per-key?key=ip=1.2.3.4", "", ""); code != 400 {
 		t.Errorf("wrong key shape: %d", code)
 	}
-	if code, _ := f.adminDo(t, "GET", "/admin/limits/per-key", "", ""); code != 400 {
-		t.Errorf("no key: %d", code)
+	// No question at all is the top 20.
+	if code, m := f.adminDo(t, "GET", "/admin/limits/per-key", "", ""); code != 200 || m["keys"] == nil {
+		t.Errorf("no key: %d %v", code, m)
+	}
+	if code, _ := f.adminDo(t, "GET", "/admin/limits/per-key?tier=pro", "", ""); code != 400 {
+		t.Errorf("a tier and no key: %d", code)
 	}
 	// DELETE forgets the counters and the remembered refusal at once.
 	if code, _ := f.adminDo(t, "DELETE", "/admin/limits/per-key?key="+pub, "", ""); code != 204 {

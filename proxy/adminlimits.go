@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ratelimit-proxy/ratelimit-proxy/config"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 )
 
@@ -159,7 +161,9 @@ func (p *Proxy) ruleAndKey(w http.ResponseWriter, r *http.Request) (*rule, limit
 }
 
 func (p *Proxy) adminLimits(w http.ResponseWriter, r *http.Request) {
-	if _, top := r.URL.Query()["top"]; top {
+	q := r.URL.Query()
+	_, top := q["top"]
+	if top || len(q) == 0 { // no question at all: the top 20
 		p.adminTop(w, r)
 		return
 	}
@@ -167,7 +171,11 @@ func (p *Proxy) adminLimits(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	v, err := p.limitsOf(r.Context(), ru, key, strings.TrimSpace(r.URL.Query().Get("tier")))
+	plan := strings.TrimSpace(r.URL.Query().Get("tier"))
+	if plan == "" {
+		plan = p.policy.Load().knownPlan(key)
+	}
+	v, err := p.limitsOf(r.Context(), ru, key, plan)
 	if err != nil {
 		adminError(w, http.StatusServiceUnavailable, "store_unavailable", "The state store could not be read: "+err.Error()+".")
 		return
@@ -231,10 +239,50 @@ func (p *Proxy) adminOverride(w http.ResponseWriter, r *http.Request) {
 	}
 	shown := string(m["limit"])
 	p.log.Info("admin: key limit overridden live", "rule", name, "key", key.String(), "limit", shown)
-	v, err := p.limitsOf(r.Context(), pol.ruleNamed(name), key, "")
+	v, err := p.limitsOf(r.Context(), pol.ruleNamed(name), key, pol.knownPlan(key))
 	if err != nil {
 		adminError(w, http.StatusServiceUnavailable, "store_unavailable", "The override is set; the state store could not be read: "+err.Error()+".")
 		return
 	}
 	writeAdminJSON(w, http.StatusOK, v)
+}
+
+// knownPlan is the plan of the known key (API_KEYS_FILE) a counter's key
+// names — its caller=user:<name> or its api_key= part — so that the admin
+// API shows the limits the key is held to on requests: the tier of the
+// person's unexpired keys (the least name, should they differ); "" for any other key.
+func (pol *policy) knownPlan(key limits.Key) string {
+	if pol.keys == nil {
+		return ""
+	}
+	parts, err := limits.ParseKeyParts(key.String())
+	if err != nil {
+		return ""
+	}
+	now := pol.now()
+	for _, part := range parts {
+		var match func(k *config.APIKey) bool
+		switch {
+		case part.Name == "caller" && strings.HasPrefix(part.Value, "user:"):
+			name := part.Value[len("user:"):]
+			match = func(k *config.APIKey) bool { return k.Caller == name }
+		case part.Name == "api_key" && len(part.Value) == 16:
+			match = func(k *config.APIKey) bool { return hex.EncodeToString(k.SHA256[:8]) == part.Value }
+		default:
+			continue
+		}
+		best := ""
+		for _, k := range pol.keys {
+			if k.Tier == "" || !match(&k) || !k.Expires.IsZero() && !now.Before(k.Expires) {
+				continue
+			}
+			if best == "" || k.Tier < best {
+				best = k.Tier // map order varies: the least name, so the answer does not
+			}
+		}
+		if best != "" {
+			return best
+		}
+	}
+	return ""
 }

@@ -81,7 +81,7 @@ func topOf(r *http.Request) (int, error) {
 }
 
 func (p *Proxy) adminTop(w http.ResponseWriter, r *http.Request) {
-	_, ru := p.ruleOf(w, r)
+	pol, ru := p.ruleOf(w, r)
 	if ru == nil {
 		return
 	}
@@ -96,7 +96,7 @@ func (p *Proxy) adminTop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := lister.Top(r.Context(), limits.TopQuery{Rule: ru.lim, N: n, Own: func(k limits.Key) (int64, int64, bool) {
-		return ru.ownLimits("", k)
+		return ru.ownLimits(pol.knownPlan(k), k)
 	}}, p.now())
 	switch {
 	case errors.Is(err, limits.ErrNoTop):

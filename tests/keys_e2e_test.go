@@ -71,6 +71,16 @@ tiers  = { pro = 2 }
 	if d := r.json(t)["denied_key"]; d != "caller=user:alice" {
 		t.Fatalf("denied_key %v", d)
 	}
+	// The admin API shows alice the limit she is held to: her keys' tier.
+	lim := p.do(t, "GET", p.adminURL("/admin/limits/per-caller?key=caller%3Duser%3Aalice"), nil)
+	wantStatus(t, lim, http.StatusOK)
+	if m := lim.json(t); m["limit"] != 2.0 || m["used"] != 2.0 || m["remaining"] != 0.0 {
+		t.Fatalf("admin view of alice: %v", m)
+	}
+	top := p.do(t, "GET", p.adminURL("/admin/limits/per-caller?top=5"), nil)
+	if keys, _ := top.json(t)["keys"].([]any); len(keys) != 1 || keys[0].(map[string]any)["limit"] != 2.0 {
+		t.Fatalf("admin top: %s", top.body)
+	}
 	// An unknown key and an expired one count as the client IP.
 	wantStatus(t, p.post(t, "/v1/chat/completions", bearer("sk-made-up")...), http.StatusOK)
 	r = p.post(t, "/v1/chat/completions", bearer("sk-bob-old")...)
