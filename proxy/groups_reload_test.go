@@ -76,7 +76,7 @@ func TestGroupReloadRaisesCap(t *testing.T) {
 			t.Cleanup(func() { client.Close() })
 			opt, write := configFile(t, fmt.Sprintf(capGroup, 2), "CHAT_RPM", "1000000000")
 			fs = append(fs, newFixture(t, upstreamAt(h.srv.URL), opt, realClock, func(_ *config.Config, o *proxy.Options) {
-				o.GateRedis = &gate.RedisOptions{Client: client, Prefix: "raise:", Timeout: time.Second, Instances: 2}
+				o.GateRedis = &gate.RedisOptions{Client: client, Prefix: "raise:", Timeout: 5 * time.Second, Instances: 2} // generous: a loaded CI machine
 			}))
 			writes = append(writes, write)
 		}

@@ -236,7 +236,7 @@ func holdSlot(t *testing.T, m *modal, url string) (release func()) {
 }
 
 func waitUntil(cond func() bool) bool {
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(15 * time.Second) // a bound, not a measure: a loaded machine may take long
 	for !cond() {
 		if time.Now().After(deadline) {
 			return false

@@ -87,11 +87,22 @@ max_delay = "2s"
 func TestDelayedClientLeaves(t *testing.T) {
 	f := newFixture(t, rules(t, delayRule), realClock)
 	f.send("/api/chat", "203.0.113.7:1", "", `{}`)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r := httptest.NewRequest(http.MethodPost, "/api/chat", strings.NewReader(`{}`)).WithContext(ctx)
 	r.RemoteAddr = "203.0.113.7:1"
-	f.handler.ServeHTTP(httptest.NewRecorder(), r)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.handler.ServeHTTP(httptest.NewRecorder(), r)
+	}()
+	// The client leaves once the request is held (not on a timer that a
+	// loaded machine may outrun before the hold begins).
+	if !waitUntil(func() bool { return metric(t, f, "ratelimit_proxy_delayed_requests", nil) == 1 }) {
+		t.Fatal("the second request was not held")
+	}
+	cancel()
+	<-done
 	if got := metric(t, f, "ratelimit_proxy_delayed_requests_total", map[string]string{"rule": "smooth", "outcome": "client_closed"}); got != 1 {
 		t.Fatalf("client_closed %v", got)
 	}
@@ -137,7 +148,7 @@ max_delay = "5s"
 			client := redis.NewClient(&redis.Options{Addr: srv.Addr})
 			t.Cleanup(func() { client.Close() })
 			return func(_ *config.Config, o *proxy.Options) {
-				o.Store = limits.NewRedis(limits.RedisOptions{Client: client, Prefix: "delay:", Timeout: time.Second, ClientClock: true})
+				o.Store = limits.NewRedis(limits.RedisOptions{Client: client, Prefix: "delay:", Timeout: 5 * time.Second, ClientClock: true})
 			}
 		},
 	}
