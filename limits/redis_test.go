@@ -24,7 +24,7 @@ func newRedisStore(t *testing.T, srv *redistest.Server, clientClock bool) *limit
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { client.Close() })
 	s := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: fmt.Sprintf("test%d:", prefixes.Add(1)),
-		Timeout: time.Second, ClientClock: clientClock})
+		Timeout: time.Second, ClientClock: clientClock, TopTime: 30 * time.Second}) // Top's time bound is tested on its own
 	t.Cleanup(s.Close)
 	return s
 }

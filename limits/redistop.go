@@ -34,8 +34,9 @@ const (
 // has been walked or RedisOptions.TopScan keys have been examined, and
 // reads each counter found with Peek at cost 0, so that its numbers are
 // those a Peek of that key gives. Both steps stop when TopTime has passed
-// since Top began (no new SCAN or Peek is sent; those in flight finish
-// within their timeout): Top then ranks what it read and says Truncated.
+// since Top began (no new SCAN or Peek is sent, but the first batch of
+// Peeks always is; those in flight finish within their timeout): Top then
+// ranks what it read and says Truncated.
 func (s *Redis) Top(ctx context.Context, q TopQuery, now time.Time) (TopResult, error) {
 	if err := q.check(); err != nil {
 		return TopResult{}, err
@@ -143,7 +144,7 @@ func (s *Redis) scanRule(ctx context.Context, rule *Rule, deadline time.Time) (k
 
 // peekAll reads keys under q with Peek at cost 0, in batches, a few at
 // once, and keeps the q.N most used; cut reports that the deadline came
-// before every key was read (no batch is sent after it).
+// before every key was read (no batch but the first is sent after it).
 func (s *Redis) peekAll(parent context.Context, q *TopQuery, keys []Key, now, deadline time.Time) (t *topN, cut bool, err error) {
 	size, workers := topPeekBatch, topPeekers
 	if s.cluster != nil {
@@ -156,7 +157,9 @@ func (s *Redis) peekAll(parent context.Context, q *TopQuery, keys []Key, now, de
 	go func() {
 		defer close(batches)
 		for from := 0; from < len(keys); from += size {
-			if !s.o.TopClock().Before(deadline) {
+			// The first batch is always read: a scan that took the whole
+			// time still answers with something.
+			if from > 0 && !s.o.TopClock().Before(deadline) {
 				late.Store(true)
 				return
 			}

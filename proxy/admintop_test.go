@@ -38,7 +38,7 @@ func topOnRedis(t *testing.T, scan int) option {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { client.Close() })
 	return func(_ *config.Config, o *proxy.Options) {
-		s := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: "top:", Timeout: time.Second, ClientClock: true, TopScan: scan})
+		s := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: "top:", Timeout: time.Second, ClientClock: true, TopScan: scan, TopTime: 30 * time.Second})
 		t.Cleanup(s.Close)
 		o.Store = s
 	}
