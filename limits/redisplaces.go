@@ -420,7 +420,7 @@ func (p *RedisPlaces) Top(ctx context.Context, q TopQuery, _ time.Time) (TopResu
 	}
 	t := newTopN(q.N)
 	for from := 0; from < len(keys); from += batch {
-		if !time.Now().Before(deadline) {
+		if from > 0 && !time.Now().Before(deadline) { // the first batch is always read
 			truncated.Store(true)
 			break
 		}
