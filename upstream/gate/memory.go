@@ -358,4 +358,3 @@ func (a *aimd) decrease(n, sent int64) {
 	a.mk = a.hd
 	a.ld = n
 }
-
