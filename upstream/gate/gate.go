@@ -264,7 +264,9 @@ type Fair struct {
 	Weight int
 }
 
-// AcquireFair is Acquire for a request with a fair key.
+// AcquireFair is Acquire for a request with a fair key. Fair share is
+// the memory backend's: a Redis group queues by priority then arrival
+// whatever the key (the configuration refuses fair_by with Redis).
 func (g *Group) AcquireFair(ctx context.Context, prio int, fair Fair, deadline time.Time) (*Ticket, error) {
 	if prio < 0 || prio >= len(g.o.Priorities) {
 		prio = len(g.o.Priorities) - 1
