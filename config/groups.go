@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -25,6 +26,11 @@ type UpstreamGroup struct {
 	Retries      int64         // default 2
 	MaxBackoff   time.Duration // default 20s
 	Adaptive     *Adaptive     // nil: off
+	// FairBy is the key part whose values take turns within a priority
+	// (SPEC §9); "" is arrival order.
+	FairBy string
+	// FairWeights are requests per turn by plan (1 when absent); nil: none.
+	FairWeights map[string]int64
 }
 
 // Adaptive is a group's AIMD (SPEC §9). Factors are integers of 10⁻⁶ (ppm), so that
@@ -54,7 +60,10 @@ const (
 
 // groupFields are the keys an [[upstream_group]] table may have.
 var groupFields = []string{"name", "paths", "max_in_flight", "rate", "per", "queue", "max_wait", "priority_from",
-	"priorities", "retries", "max_backoff", "adaptive"}
+	"priorities", "retries", "max_backoff", "adaptive", "fair_by", "fair_weights"}
+
+// maxFairWeight is the largest fair_weights value.
+const maxFairWeight = 1000
 
 // adaptiveFields are the keys of a group's adaptive table.
 var adaptiveFields = []string{"start", "increase", "every", "decrease", "hold", "ceiling"}
@@ -128,6 +137,28 @@ func decodeUpstreamGroup(i int, t map[string]any) (UpstreamGroup, []error) {
 			g.PriorityFrom = s
 		} else {
 			bad("priority_from", v, "not a string")
+		}
+	}
+	if v, ok := t["fair_by"]; ok {
+		if s, isStr := v.(string); isStr {
+			g.FairBy = s
+		} else {
+			bad("fair_by", v, "not a string")
+		}
+	}
+	if v, ok := t["fair_weights"]; ok {
+		if m, isTable := v.(map[string]any); isTable {
+			g.FairWeights = map[string]int64{}
+			for plan, wv := range m {
+				n, err := wholeNumber(wv)
+				if err != nil {
+					bad("fair_weights."+plan, wv, "%v", err)
+					continue
+				}
+				g.FairWeights[plan] = n
+			}
+		} else {
+			bad("fair_weights", v, "not a table { pro = 3, free = 1 }")
 		}
 	}
 	strList := func(field string, dst *[]string) {
@@ -319,6 +350,27 @@ func (c *Config) validateGroups() []error {
 				bad("priority_from", g.PriorityFrom, "needs tier_from or api_keys_file (where a caller's plan comes from)")
 			}
 		}
+		if g.FairBy != "" {
+			kind, _, _ := strings.Cut(g.FairBy, ":")
+			switch err := CheckKeyPart(g.FairBy); {
+			case err != nil:
+				bad("fair_by", g.FairBy, "%v", err)
+			case g.FairBy == "model" || kind == "json" || kind == "xml" || kind == "form":
+				bad("fair_by", g.FairBy, "must not read the body (caller, api_key, ip, tier, header:, query: or jwt: …)")
+			case g.FairBy == "tier" && !c.plans():
+				bad("fair_by", g.FairBy, "needs tier_from or api_keys_file (where a caller's plan comes from)")
+			case c.RedisURL != "":
+				bad("fair_by", g.FairBy, "not yet shared on Redis: fair share works with the in-memory state only (leave redis_url unset or fair_by out)")
+			}
+		}
+		for _, plan := range slices.Sorted(maps.Keys(g.FairWeights)) {
+			if w := g.FairWeights[plan]; w < 1 || w > maxFairWeight {
+				bad("fair_weights."+plan, w, "must be an integer from 1 to %d", maxFairWeight)
+			}
+		}
+		if len(g.FairWeights) > 0 && !c.plans() {
+			bad("fair_weights", nil, "needs tier_from or api_keys_file (where a caller's plan comes from)")
+		}
 		if len(g.Priorities) == 0 {
 			bad("priorities", nil, `empty: leave it out for ["interactive", "default", "batch"]`)
 		}
@@ -413,6 +465,16 @@ func (c *Config) writeUpstreamGroups(w io.Writer) error {
 			g.MaxInFlight, g.Rate, durationText(g.Per), g.Queue, durationText(g.MaxWait))
 		fmt.Fprintf(&b, "priority_from = %s\npriorities = %s\nretries = %d\nmax_backoff = %q\n",
 			strconv.Quote(g.PriorityFrom), tomlValue(g.Priorities), g.Retries, durationText(g.MaxBackoff))
+		fmt.Fprintf(&b, "fair_by = %s\n", strconv.Quote(g.FairBy))
+		if len(g.FairWeights) > 0 {
+			var ws []string
+			for _, plan := range slices.Sorted(maps.Keys(g.FairWeights)) {
+				ws = append(ws, tomlValue(plan)+" = "+strconv.FormatInt(g.FairWeights[plan], 10))
+			}
+			b.WriteString("fair_weights = { " + strings.Join(ws, ", ") + " }\n")
+		} else {
+			b.WriteString("# fair_weights: none (every plan 1)\n")
+		}
 		if a := g.Adaptive; a != nil {
 			fmt.Fprintf(&b, "adaptive = { start = %s, increase = %s, every = %q, decrease = %s, hold = %q, ceiling = %s }\n",
 				factorText(a.Start), factorText(a.Increase), durationText(a.Every), factorText(a.Decrease), durationText(a.Hold), factorText(a.Ceiling))

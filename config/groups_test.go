@@ -84,6 +84,24 @@ adaptive      = { ceiling = 1, decrease = 0.25, hold = "0s", start = 0.3333333 }
 	}
 }
 
+// fair_by and fair_weights load as written; plans not known anywhere
+// else are allowed (a plan may come from a header).
+func TestUpstreamGroupFair(t *testing.T) {
+	c, err := loadRules(t, "tier_from = \"header:X-Plan\"\n[[upstream_group]]\nname = \"chat\"\nfair_by = \"header:X-Team\"\nfair_weights = { pro = 3, free = 1, \"some plan\" = 2 }\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := c.UpstreamGroups[0]
+	if g.FairBy != "header:X-Team" || !reflect.DeepEqual(g.FairWeights, map[string]int64{"pro": 3, "free": 1, "some plan": 2}) {
+		t.Fatalf("fair_by %q, fair_weights %v", g.FairBy, g.FairWeights)
+	}
+	for _, part := range []string{"caller", "api_key", "ip", "tier", "query:team", "jwt:org", "global"} {
+		if _, err := loadRules(t, "tier_from = \"header:X-Plan\"\n[[upstream_group]]\nname = \"chat\"\nfair_by = \""+part+"\"\n", nil); err != nil {
+			t.Errorf("fair_by %q: %v", part, err)
+		}
+	}
+}
+
 // Every bad field is one line naming the group and the field.
 func TestUpstreamGroupErrors(t *testing.T) {
 	const g = "[[upstream_group]]\nname = \"chat\"\n"
@@ -92,7 +110,7 @@ func TestUpstreamGroupErrors(t *testing.T) {
 		// decoding
 		{"upstream_group = 5\n", `upstream_group: must be an array of tables ([[upstream_group]])`},
 		{"[upstream_group]\nname = \"x\"\n", `upstream_group: must be an array of tables ([[upstream_group]])`},
-		{g + "max_inflight = 3\n", `upstream_group "chat": max_inflight: unknown field (an upstream_group has name, paths, max_in_flight, rate, per, queue, max_wait, priority_from, priorities, retries, max_backoff, adaptive)`},
+		{g + "max_inflight = 3\n", `upstream_group "chat": max_inflight: unknown field (an upstream_group has name, paths, max_in_flight, rate, per, queue, max_wait, priority_from, priorities, retries, max_backoff, adaptive, fair_by, fair_weights)`},
 		{"[[upstream_group]]\nname = 7\n", `upstream_group #1: name 7: not a string`},
 		{g + "paths = \"/v1/chat\"\n", `upstream_group "chat": paths "/v1/chat": not a list of strings`},
 		{g + "max_in_flight = 1.5\n", `upstream_group "chat": max_in_flight 1.5: not an integer`},
@@ -154,6 +172,18 @@ func TestUpstreamGroupErrors(t *testing.T) {
 		{g + a + "adaptive = { start = 0.9 }\n", `upstream_group "chat": adaptive.start 0.9: must not be above ceiling 0.8`},
 		{g + a + "adaptive = { every = \"0s\" }\n", `upstream_group "chat": adaptive.every "0s": must be at least 1ms`},
 		{g + a + "adaptive = { hold = \"-1m\" }\n", `upstream_group "chat": adaptive.hold "-60s": must not be negative`},
+		{g + "fair_by = 1\n", `upstream_group "chat": fair_by 1: not a string`},
+		{g + "fair_by = \"team\"\n", `upstream_group "chat": fair_by "team": unknown key part (one of global, caller, api_key, ip, method, path, model, tier, or header:, query:, json:, xml:, form:, jwt:)`},
+		{g + "fair_by = \"header:\"\n", `upstream_group "chat": fair_by "header:": a name is missing after header:`},
+		{g + "fair_by = \"json:user\"\n", `upstream_group "chat": fair_by "json:user": must not read the body (caller, api_key, ip, tier, header:, query: or jwt: …)`},
+		{g + "fair_by = \"model\"\n", `upstream_group "chat": fair_by "model": must not read the body (caller, api_key, ip, tier, header:, query: or jwt: …)`},
+		{g + "fair_by = \"tier\"\n", `upstream_group "chat": fair_by "tier": needs tier_from or api_keys_file (where a caller's plan comes from)`},
+		{"redis_url = \"redis://127.0.0.1:1\"\n" + g + "fair_by = \"caller\"\n", `upstream_group "chat": fair_by "caller": not yet shared on Redis: fair share works with the in-memory state only (leave redis_url unset or fair_by out)`},
+		{g + "fair_weights = 3\n", `upstream_group "chat": fair_weights 3: not a table { pro = 3, free = 1 }`},
+		{g + "fair_weights = { pro = 1.5 }\n", `upstream_group "chat": fair_weights.pro 1.5: not an integer`},
+		{"tier_from = \"header:X-Plan\"\n" + g + "fair_weights = { pro = 0 }\n", `upstream_group "chat": fair_weights.pro 0: must be an integer from 1 to 1000`},
+		{"tier_from = \"header:X-Plan\"\n" + g + "fair_weights = { pro = 1001 }\n", `upstream_group "chat": fair_weights.pro 1001: must be an integer from 1 to 1000`},
+		{g + "fair_weights = { pro = 3 }\n", `upstream_group "chat": fair_weights: needs tier_from or api_keys_file (where a caller's plan comes from)`},
 	} {
 		_, err := loadRules(t, tc.body, nil)
 		if err == nil || !slices.Contains(strings.Split(err.Error(), "\n"), tc.want) {
@@ -215,12 +245,15 @@ func cloneGroups(gs []config.UpstreamGroup) []config.UpstreamGroup {
 func TestUpstreamGroupCheckOutputRoundTrip(t *testing.T) {
 	c, err := loadRules(t, `
 protected_paths = ["/v1/chat/completions", "/v1/messages"]
+tier_from = "header:X-Plan"
 
 [[upstream_group]]
 name = "chat"
 rate = 600
 max_in_flight = 32
 priority_from = "header:X-Priority"
+fair_by = "caller"
+fair_weights = { pro = 3, "team plan" = 2 }
 adaptive = { start = 0.333333, increase = 0.05, every = "90s", decrease = 0.7, hold = "1m30s", ceiling = 1 }
 
 [[upstream_group]]
@@ -244,9 +277,11 @@ max_backoff = "250ms"
 	for _, want := range []string{
 		"\n[[upstream_group]]\nname = \"chat\"\n# paths = [\"/v1/chat/completions\", \"/v1/messages\"] (unset: the protected paths)\nmax_in_flight = 32\nrate = 600\nper = \"60s\"\nqueue = 1000\nmax_wait = \"30s\"\n" +
 			"priority_from = \"header:X-Priority\"\npriorities = [\"interactive\", \"default\", \"batch\"]\nretries = 2\nmax_backoff = \"20s\"\n" +
+			"fair_by = \"caller\"\nfair_weights = { \"pro\" = 3, \"team plan\" = 2 }\n" +
 			"adaptive = { start = 0.333333, increase = 0.05, every = \"90s\", decrease = 0.7, hold = \"90s\", ceiling = 1 }\n",
 		"\n[[upstream_group]]\nname = \"files\"\npaths = [\"/v1/files\", \"/v1/uploads/*\"]\nmax_in_flight = 0\nrate = 0\nper = \"1.5s\"\nqueue = 0\nmax_wait = \"0s\"\n" +
-			"priority_from = \"query:prio\"\npriorities = [\"gold\", \"default\"]\nretries = 0\nmax_backoff = \"250ms\"\n# adaptive: off\n",
+			"priority_from = \"query:prio\"\npriorities = [\"gold\", \"default\"]\nretries = 0\nmax_backoff = \"250ms\"\n" +
+			"fair_by = \"\"\n# fair_weights: none (every plan 1)\n# adaptive: off\n",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("-check output lacks\n%s\nin\n%s", want, out.String())

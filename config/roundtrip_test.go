@@ -26,8 +26,8 @@ func TestCheckRoundTrips(t *testing.T) {
 		"[[rule]]\nname = \"daily\"\nalgorithm = \"calendar\"\nwindow = \"day\"\nlimit = 100\n"+
 		"[[rule]]\nname = \"weekly\"\nalgorithm = \"calendar\"\nwindow = \"week\"\ntimezone = \"America/New_York\"\nlimit = 500\n"), 0o600)
 	groups := filepath.Join(dir, "groups.toml")
-	os.WriteFile(groups, []byte("upstream_url = \"http://127.0.0.1:1\"\nchat_rpm = 7\n[[rule]]\nname = \"r\"\nkey = [\"ip\"]\nlimit = 1\nwindow = \"1s\"\n"+
-		"[[upstream_group]]\nname = \"chat\"\nmax_in_flight = 4\n[[upstream_group]]\nname = \"files\"\npaths = [\"/v1/files\"]\nrate = 5\n"), 0o600)
+	os.WriteFile(groups, []byte("upstream_url = \"http://127.0.0.1:1\"\nchat_rpm = 7\ntier_from = \"header:X-Plan\"\n[[rule]]\nname = \"r\"\nkey = [\"ip\"]\nlimit = 1\nwindow = \"1s\"\n"+
+		"[[upstream_group]]\nname = \"chat\"\nmax_in_flight = 4\nfair_by = \"header:X-Team\"\nfair_weights = { pro = 3, \"free tier\" = 1 }\n[[upstream_group]]\nname = \"files\"\npaths = [\"/v1/files\"]\nrate = 5\n"), 0o600)
 	files = append(files, rulesOnly, groups)
 	noEnv := func(string) (string, bool) { return "", false }
 	for _, f := range files {

@@ -40,6 +40,8 @@ type group struct {
 	prios       map[string]int
 	defaultPrio int                  // "default", else the lowest
 	conf        config.UpstreamGroup // what it was built from
+	fairBy      *keyPart             // fair_by compiled; nil: arrival order
+	weights     map[string]int       // fair_weights: requests per turn by plan
 	// update, when set, is new limits for a gate kept from the policy
 	// this one replaces, put in force by the swap (retireGroups): a
 	// policy compiled but never installed changes nothing.
@@ -108,6 +110,17 @@ func newGroups(c *config.Config, now func() time.Time, m *gate.Metrics, ro *gate
 			grp.prios[p] = i
 			if p == "default" {
 				grp.defaultPrio = i
+			}
+		}
+		if cg.FairBy != "" {
+			kp, err := (&rule{}).compilePart(cg.FairBy) // config allows no body part: nothing is registered
+			if err != nil {
+				return nil, fmt.Errorf("upstream_group %q: fair_by: %w", cg.Name, err)
+			}
+			grp.fairBy = &kp
+			grp.weights = make(map[string]int, len(cg.FairWeights))
+			for plan, w := range cg.FairWeights {
+				grp.weights[plan] = int(w)
 			}
 		}
 		kind, name, _ := strings.Cut(cg.PriorityFrom, ":")
@@ -226,6 +239,33 @@ func (grp *group) priority(r *http.Request, x *exchange) int {
 	return grp.defaultPrio
 }
 
+// fair is r's place in the group's turns: the value of fair_by (a
+// request without one shares the turn of every other without one) and
+// its plan's weight. The key parts are read as the guards read them, or,
+// on a path they did not guard, from the request and caller alone.
+func (grp *group) fair(r *http.Request, x *exchange) gate.Fair {
+	if grp.fairBy == nil {
+		return gate.Fair{}
+	}
+	in := &x.keys
+	var own keyInput
+	if in.r == nil {
+		path := canonicalPath(r.URL.Path)
+		c := x.pol.identify(r, anthropicPath(path))
+		own = keyInput{r: r, p: x.p, pol: x.pol, c: c, path: path}
+		own.plan = x.pol.planOf(r, &c)
+		in = &own
+	}
+	saved := in.err // an ambiguous value is one more key here, not a refusal
+	v, _ := in.value(grp.fairBy)
+	in.err = saved
+	f := gate.Fair{Key: v, Weight: 1}
+	if w, ok := grp.weights[in.plan]; ok && in.plan != "" {
+		f.Weight = w
+	}
+	return f
+}
+
 // callerDeadline is when the caller stops waiting: its context's deadline,
 // or the timeout its SDK announces (X-Stainless-Timeout, seconds, sent by
 // OpenAI's and Anthropic's SDKs), whichever is first; zero when unknown.
@@ -258,7 +298,7 @@ func (x *exchange) enterGroup(grp *group) (*http.Request, *gate.Ticket, *denial)
 		}
 	}
 	deadline := callerDeadline(r, start)
-	t, err := grp.g.Acquire(r.Context(), grp.priority(r, x), deadline)
+	t, err := grp.g.AcquireFair(r.Context(), grp.priority(r, x), grp.fair(r, x), deadline)
 	if err == nil {
 		t.Deadline, t.Arrived = deadline, start
 		if x.body != nil && r.GetBody == nil {

@@ -230,8 +230,13 @@ type waiter struct {
 	// done gets one value, nil when granted, else why not; made by the
 	// backend before anyone else can see w.
 	done chan error
+	// fair is the request's fair key ("" with fair_by empty); weight its
+	// requests per turn (its plan's fair_weights entry, ≥ 1).
+	fair   string
+	weight int
 	// The memory backend's queue links, guarded by its lock.
 	prev, next *waiter
+	lane       *lane
 	queued     bool
 	// local: the fallback decided it (the shared store had failed).
 	local bool
@@ -247,13 +252,29 @@ func (w *waiter) refuse(err error) { w.done <- err }
 // never past deadline (zero: none) or ctx's end. The error is a
 // *BusyError, ErrUnavailable, or ctx's error when the client left.
 func (g *Group) Acquire(ctx context.Context, prio int, deadline time.Time) (*Ticket, error) {
+	return g.AcquireFair(ctx, prio, Fair{}, deadline)
+}
+
+// Fair is a request's place in fair share (fair_by): its key's value and
+// its weight, the requests it may take per turn (≥ 1; 0 means 1).
+// Within one priority the waiters take turns across keys; the zero Fair
+// is one key for everyone, so arrival order.
+type Fair struct {
+	Key    string
+	Weight int
+}
+
+// AcquireFair is Acquire for a request with a fair key. Fair share is
+// the memory backend's: a Redis group queues by priority then arrival
+// whatever the key (the configuration refuses fair_by with Redis).
+func (g *Group) AcquireFair(ctx context.Context, prio int, fair Fair, deadline time.Time) (*Ticket, error) {
 	if prio < 0 || prio >= len(g.o.Priorities) {
 		prio = len(g.o.Priorities) - 1
 	}
 	start := g.now()
 	t := &Ticket{g: g, Arrived: start} // one allocation for the ticket and its waiter
 	w := &t.w
-	w.prio = prio
+	w.prio, w.fair, w.weight = prio, fair.Key, max(fair.Weight, 1)
 	res, err := g.b.enter(ctx, w, start)
 	if err != nil {
 		return nil, err

@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// memory keeps a group's state in this process: one lock, a FIFO per
-// priority, the send times of the rate's window. A freed slot goes to the
+// memory keeps a group's state in this process: one lock, a queue per
+// priority (fair.go: FIFOs taking turns by fair key), the send times of the rate's window. A freed slot goes to the
 // head waiter under the same lock as the release, so nothing can take it
 // in between; a timer wakes the queue when the rate or a pause lets the
 // next request go.
@@ -18,9 +18,7 @@ type memory struct {
 
 	mu       sync.Mutex
 	inflight int64
-	heads    []*waiter // per priority, the oldest first
-	tails    []*waiter
-	counts   []int64 // waiters per priority
+	qs       []fairQueue // per priority: the waiters, in turns across fair keys
 	queued   int64
 	sends    ring // send times (ms) within the rate's window
 	pause    int64
@@ -33,8 +31,7 @@ type memory struct {
 var _ backend = (*memory)(nil)
 
 func newMemory(o Options) *memory {
-	m := &memory{o: o, now: o.Now, heads: make([]*waiter, len(o.Priorities)),
-		tails: make([]*waiter, len(o.Priorities)), counts: make([]int64, len(o.Priorities))}
+	m := &memory{o: o, now: o.Now, qs: make([]fairQueue, len(o.Priorities))}
 	if o.Adaptive != nil {
 		m.ad = newAIMD(*o.Adaptive, o.Rate)
 	}
@@ -63,7 +60,7 @@ func (m *memory) enter(_ context.Context, w *waiter, now time.Time) (enterResult
 	free, rfree, next := m.room(n)
 	var ahead int64
 	for p := 0; p <= w.prio; p++ {
-		ahead += m.counts[p]
+		ahead += m.qs[p].count
 	}
 	if ahead < min(free, rfree) {
 		m.take(n)
@@ -115,30 +112,13 @@ func (m *memory) push(w *waiter) {
 		w.done = make(chan error, 1)
 	}
 	w.queued = true
-	w.prev, w.next = m.tails[w.prio], nil
-	if w.prev != nil {
-		w.prev.next = w
-	} else {
-		m.heads[w.prio] = w
-	}
-	m.tails[w.prio] = w
-	m.counts[w.prio]++
+	m.qs[w.prio].push(w)
 	m.queued++
 }
 
 func (m *memory) unlink(w *waiter) {
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		m.heads[w.prio] = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	} else {
-		m.tails[w.prio] = w.prev
-	}
-	w.prev, w.next, w.queued = nil, nil, false
-	m.counts[w.prio]--
+	m.qs[w.prio].unlink(w)
+	w.queued = false
 	m.queued--
 }
 
@@ -163,13 +143,13 @@ func (m *memory) dispatch(n int64) {
 			return
 		}
 		var w *waiter
-		for _, h := range m.heads {
-			if h != nil {
-				w = h
+		for p := range m.qs {
+			if w = m.qs[p].pop(); w != nil {
 				break
 			}
 		}
-		m.unlink(w)
+		w.queued = false
+		m.queued--
 		m.take(n)
 		w.grant()
 	}

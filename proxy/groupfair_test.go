@@ -1,0 +1,131 @@
+package proxy_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// gatekeeper is an upstream that holds every request until told to
+// answer it, and records the X-Team of each in the order they arrived.
+type gatekeeper struct {
+	mu    sync.Mutex
+	teams []string
+	go1   chan struct{}
+	in    chan struct{}
+}
+
+func (k *gatekeeper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	k.mu.Lock()
+	k.teams = append(k.teams, r.Header.Get("X-Team"))
+	k.mu.Unlock()
+	k.in <- struct{}{}
+	<-k.go1
+	io.WriteString(w, `{"ok":true}`)
+}
+
+// The proxy wires fair_by and fair_weights: one team's backlog does not
+// hold back another team's single request by more than one turn, and a
+// pro plan (weight 3) takes three turns for the free plan's one.
+func TestGroupFairShare(t *testing.T) {
+	k := &gatekeeper{go1: make(chan struct{}), in: make(chan struct{}, 100)}
+	up := httptest.NewServer(k)
+	t.Cleanup(up.Close)
+	f, srv := groupProxy(t, up.URL, `
+tier_from = "header:X-Plan"
+
+[[upstream_group]]
+name = "chat"
+max_in_flight = 1
+fair_by = "header:X-Team"
+fair_weights = { pro = 3 }
+`)
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	t.Cleanup(func() { close(k.go1) }) // first: whatever still waits at the upstream answers
+	send := func(team, plan string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := postTo(context.Background(), srv.URL+"/v1/chat/completions", "X-Team", team, "X-Plan", plan)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusOK {
+				t.Errorf("%s: %d", team, res.StatusCode)
+			}
+		}()
+	}
+	queued := func(n float64) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for gauge(t, f, "ratelimit_proxy_upstream_queue_depth", "group=chat,priority=default") != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("queue depth %v, want %v", gauge(t, f, "ratelimit_proxy_upstream_queue_depth", "group=chat,priority=default"), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	step := func() { // the upstream answers one; the next comes in
+		k.go1 <- struct{}{}
+		select {
+		case <-k.in:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no request reached the upstream")
+		}
+	}
+	send("holder", "free")
+	<-k.in
+	for range 20 {
+		send("batch", "free")
+	}
+	queued(20)
+	send("alice", "free")
+	queued(21)
+	step()
+	step()
+	k.mu.Lock()
+	got := strings.Join(k.teams, ",")
+	k.mu.Unlock()
+	if !strings.Contains(got, "alice") {
+		t.Fatalf("upstream saw %s: alice not within two grants of arriving", got)
+	}
+	// Weights: pro (3) against free (1), both backlogged.
+	for range 19 { // the rest of the batch
+		step()
+	}
+	queued(0)
+	for range 16 {
+		send("big", "pro")
+		send("small", "free")
+	}
+	queued(32)
+	k.mu.Lock()
+	start := len(k.teams)
+	k.mu.Unlock()
+	for range 16 {
+		step()
+	}
+	k.mu.Lock()
+	counts := map[string]int{}
+	for _, team := range k.teams[start:] {
+		counts[team]++
+	}
+	k.mu.Unlock()
+	if counts["big"] < 11 || counts["big"] > 13 || counts["small"] < 3 || counts["small"] > 5 {
+		t.Fatalf("16 grants: pro %d, free %d, want 12 and 4 (±1 turn)", counts["big"], counts["small"])
+	}
+	for range 16 {
+		step()
+	}
+
+}
