@@ -60,9 +60,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 [[ $CONNECTIONS =~ ^[1-9][0-9]*$ ]] || die "CONNECTIONS must be a positive integer, got '$CONNECTIONS'"
 [[ $PROCS =~ ^[1-9][0-9]*$ ]] || die "GOMAXPROCS must be a positive integer, got '$PROCS'"
 for c in $CONTENDERS; do
-	case $c in proxy | base | nginx | plain) ;; *) die "unknown contender '$c' (known: proxy base nginx plain)" ;; esac
+	case $c in proxy | base | nginx | plain | origin) ;; *) die "unknown contender '$c' (known: proxy base nginx plain origin)" ;; esac
 	[[ $c == base && -z ${BASE_BIN:-} ]] && die "contender base needs BASE_BIN, a ratelimit-proxy binary"
-	[[ $MODE == refused && $c == plain ]] && die "plain refuses nothing: not a contender with MODE=refused"
+	[[ $MODE == refused && ($c == plain || $c == origin) ]] && die "$c refuses nothing: not a contender with MODE=refused"
 done
 [[ -n ${CONTENDERS// /} ]] || die "CONTENDERS is empty"
 command -v "$WRK" >/dev/null || die "wrk not found (apt-get install -y wrk)"
@@ -219,6 +219,17 @@ group_pids() {
 	return 0
 }
 
+# wakeups PID...: sum of voluntary context switches (each time the process
+# slept, in nginx's case in epoll_wait, and was woken again) over the PIDs.
+wakeups() {
+	local pid total=0 n
+	for pid in "$@"; do
+		n=$(awk '/^voluntary_ctxt_switches:/ {print $2}' "/proc/$pid/status") || die "process $pid is gone"
+		total=$((total + n))
+	done
+	echo "$total"
+}
+
 # cpu_ticks PID...: sum of utime+stime (fields 14 and 15 of /proc/PID/stat,
 # in clock ticks) over the PIDs.
 cpu_ticks() {
@@ -313,6 +324,12 @@ for c in $CONTENDERS; do
 		URL[$c]=http://127.0.0.1:$port$PATH_UNDER_TEST
 		GROUP[$c]=$LAST_PID
 		;;
+	origin)
+		# No proxy: wrk straight at the upstream, the baseline for its
+		# CPU and wakeups per request at this many connections.
+		URL[origin]=$UP_URL$PATH_UNDER_TEST
+		GROUP[origin]=
+		;;
 	plain)
 		env -i PATH="$PATH" HOME="${HOME:-/}" GOMAXPROCS="$PROCS" \
 			"$PLAIN_BIN" -listen "127.0.0.1:$PLAIN_PORT" -upstream "$UP_URL" >"$tmp/plain.log" 2>&1 &
@@ -398,13 +415,15 @@ measure() { # measure ROUND CONTENDER
 	run_wrk "$WARMUP" "$url" "$out.warmup"
 	check_wrk "$c (warm-up)" "$out.warmup"
 	log "round $round: $c measured $DURATION"
-	local c0 u0 c1 u1 a0 a1
+	local c0 u0 w0 c1 u1 w1 a0 a1
 	a0=$(accepts)
 	c0=$(cpu_ticks "${group[@]}")
 	u0=$(cpu_ticks "${UP_PIDS[@]}")
+	w0=$(wakeups "${UP_PIDS[@]}")
 	run_wrk "$DURATION" "$url" "$out"
 	c1=$(cpu_ticks "${group[@]}")
 	u1=$(cpu_ticks "${UP_PIDS[@]}")
+	w1=$(wakeups "${UP_PIDS[@]}")
 	a1=$(accepts)
 	check_wrk "$c" "$out"
 	local reqs rps p50 p99
@@ -414,8 +433,8 @@ measure() { # measure ROUND CONTENDER
 	p99=$(awk '$1 == "99%" {print $2}' "$out")
 	[[ $reqs =~ ^[1-9][0-9]*$ ]] || die "$c: wrk served no requests: $(cat "$out")"
 	# The stub_status request itself is one accepted connection.
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$c" "$reqs" "$rps" \
-		"$((c1 - c0))" "$((u1 - u0))" "${p50:--}" "${p99:--}" "$((a1 - a0 - 1))" >>"$RESULTS"
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$c" "$reqs" "$rps" \
+		"$((c1 - c0))" "$((u1 - u0))" "${p50:--}" "${p99:--}" "$((a1 - a0 - 1))" "$((w1 - w0))" >>"$RESULTS"
 }
 
 read -ra ORDER <<<"$CONTENDERS"
@@ -446,11 +465,11 @@ echo "- mode $MODE; POST $PATH_UNDER_TEST, ${#REQ_BODY}-byte JSON body, ${#RESP_
 echo "- Go contenders: GOMAXPROCS=$PROCS; nginx contender and upstream: worker_processes 1; CLK_TCK=$CLK_TCK"
 echo "- CPU = Δ(utime+stime) of all the contender's processes over the measured run; upstream = the shared nginx upstream, for information"
 echo
-echo "| round | contender | requests | req/s | CPU s | CPU µs/req | upstream µs/req | new upstream conns | p50 | p99 |"
-echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| round | contender | requests | req/s | CPU s | CPU µs/req | upstream µs/req | upstream wakeups/req | new upstream conns | p50 | p99 |"
+echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 awk -F'\t' -v hz="$CLK_TCK" '{
-	printf "| %s | %s | %d | %.0f | %.2f | %.1f | %.1f | %d | %s | %s |\n",
-		$1, $2, $3, $4, $5 / hz, $5 / hz * 1e6 / $3, $6 / hz * 1e6 / $3, $9, $7, $8
+	printf "| %s | %s | %d | %.0f | %.2f | %.1f | %.1f | %.2f | %d | %s | %s |\n",
+		$1, $2, $3, $4, $5 / hz, $5 / hz * 1e6 / $3, $6 / hz * 1e6 / $3, $10 / $3, $9, $7, $8
 }' "$RESULTS"
 echo
 
@@ -458,20 +477,21 @@ median() { # median FIELD CONTENDER: FIELD is an awk expression over $3..$6
 	awk -F'\t' -v c="$2" -v hz="$CLK_TCK" "\$2 == c { print $1 }" "$RESULTS" | sort -g |
 		awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
-declare -A MED_CPU MED_RPS MED_UP MED_CONN
+declare -A MED_CPU MED_RPS MED_UP MED_CONN MED_WAKE
 for c in "${ORDER[@]}"; do
 	MED_CPU[$c]=$(median '$5 / hz * 1e6 / $3' "$c")
 	MED_RPS[$c]=$(median '$4' "$c")
 	MED_UP[$c]=$(median '$6 / hz * 1e6 / $3' "$c")
 	MED_CONN[$c]=$(median '$9' "$c")
+	MED_WAKE[$c]=$(median '$10 / $3' "$c")
 done
 ref=${ORDER[0]}
 [[ -n ${MED_CPU[nginx]:-} ]] && ref=nginx
-echo "| contender (median of $ROUNDS) | CPU µs/req | × $ref | req/s | upstream µs/req | new upstream conns |"
-echo "|---|---:|---:|---:|---:|---:|"
+echo "| contender (median of $ROUNDS) | CPU µs/req | × $ref | req/s | upstream µs/req | upstream wakeups/req | new upstream conns |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
 for c in "${ORDER[@]}"; do
-	awk -v c="$c" -v cpu="${MED_CPU[$c]}" -v ref="${MED_CPU[$ref]}" -v rps="${MED_RPS[$c]}" -v up="${MED_UP[$c]}" -v conn="${MED_CONN[$c]}" \
-		'BEGIN { printf "| %s | %.1f | %.2f | %.0f | %.1f | %.0f |\n", c, cpu, cpu / ref, rps, up, conn }'
+	awk -v c="$c" -v cpu="${MED_CPU[$c]}" -v ref="${MED_CPU[$ref]}" -v rps="${MED_RPS[$c]}" -v up="${MED_UP[$c]}" -v conn="${MED_CONN[$c]}" -v wake="${MED_WAKE[$c]}" \
+		'BEGIN { printf "| %s | %.1f | %.2f | %.0f | %.1f | %.2f | %.0f |\n", c, cpu, cpu / ref, rps, up, wake, conn }'
 done
 if [[ -n ${MED_CPU[proxy]:-} && -n ${MED_CPU[nginx]:-} ]]; then
 	echo
