@@ -17,54 +17,69 @@
 -- window (µs; a calendar counter: its current period's start, unix s),
 -- cost, burst (buckets only; a calendar counter: how long its key lives
 -- when written in this period, s: to the period's end and a margin).
--- KEYS, per hit in order: a sliding window's sorted set of time slots
--- (member: slot id, score: the slot's latest admission, µs) and its hash
--- (slot id -> cost counted in it, at least 1; "s": the sum of live
--- slots; "q": a sequence; "n": the newest slot's time, µs; "g": when the
--- counter was made, µs, so that a settlement recognises a counter made
--- after its admission, after a Reset; "x": the latest time up to which slots were
--- dropped as expired, µs, so that a settlement knows an admission counted
--- then or before may have lost its slot); a token bucket's one string
--- key, "tokens last" (the tokens, fractional, as %.17g, at `last`, in µs;
--- below 0 after a settled charge, a debt); then, with marks, the counter's
+--
+-- KEYS, per hit in order: a sliding window's string and list (below); a
+-- token bucket's one string key, "tokens last" (the tokens, fractional, as
+-- %.17g, at `last`, in µs; below 0 after a settled charge, a debt); a
 -- calendar counter's one string key, "start count made" (the period
 -- counted in, unix s, the cost counted in it, and when the counter of
 -- that period was made, µs, so that a settlement recognises a counter
 -- made again after a Reset: an older period reads as zero; a later one,
 -- written by an instance whose clock is ahead, is the one counted in);
--- then, with marks, the counter's
--- pending mark (a key that exists while a charge recorded by a part of a
--- split batch may still be rolled back).
+-- then, with marks, the counter's pending mark (a key that exists while a
+-- charge recorded by a part of a split batch may still be rolled back).
+-- Every counter's first key is a string: one MGET reads them all.
+--
+-- A sliding window is limits/window.go's ring of slots, oldest first,
+-- each (at, n): the time of its latest admission (µs) and the units
+-- counted in it (at least 1); no two slots share a time, so a time names
+-- a slot. Its string key holds a header, struct "<dddddd": sum (the units
+-- of live slots), made (when the counter was made, µs, 0 unknown: a
+-- settlement recognises a counter made after its admission, after a
+-- Reset), gone (the latest time up to which slots were dropped as
+-- expired, µs: a settlement knows an admission counted then or before may
+-- have lost its slot), front, listed (below) and listUntil (the list's
+-- expiry as last set, µs); then slots, struct "<dd" each. It holds every
+-- slot while there are at most FRONT + TAIL; past that the oldest FRONT
+-- (the front) and the newest TAIL at most (at least one), and the slots
+-- between them are in the list key, oldest first (`listed` of them, one
+-- 16-byte element each): the string stays a few hundred bytes whatever
+-- the window holds, and an admission reads and writes it whole (one MGET
+-- for the batch, one SET per hit), touching the list only when a slot
+-- moves past the tail (RPUSH) or the front runs out (LRANGE, LTRIM).
+-- The list never outlives the string (its expiry is the string's as set
+-- when it grew), and lives as long as its newest slot is in the window.
+--
 -- Returns: allowed (1/0: every enforcing hit admits), now (µs), then 6
 -- values per hit: allowed (1 admits, 0 refuses, -1 refuses while the
 -- counter holds a charge that may still be rolled back: the refusal may
--- not last) and what was recorded, which settle.lua
--- takes to settle or roll back the admission (for a window the slot: a
--- sequence number > 0, or -(bucket+1) for a grouped slot; for a bucket 1;
--- 0 when nothing was), then for a window: remaining, retry after, reset
--- after, next after (µs); for a bucket: its state as read ("tokens last",
--- or "" for a fresh bucket) and three zeros; for a calendar counter: the
--- count read in the period counted in, when its counter was made (µs, 0
--- for none), then two zeros (what was recorded is that period's start). The store computes a bucket's
--- numbers from its state with limits/bucket.go, which holds the same
--- arithmetic as fill below (and settle.lua's).
+-- not last) and what was recorded, which settle.lua takes to settle or
+-- roll back the admission (for a window the time it was counted at, µs:
+-- the slot is the first at or after it; for a bucket 1; 0 when nothing
+-- was), then for a window: remaining, retry after, reset after, next after
+-- (µs); for a bucket: its state as read ("tokens last", or "" for a fresh
+-- bucket) and three zeros; for a calendar counter: the count read in the
+-- period counted in, when its counter was made (µs, 0 for none), then two
+-- zeros (what was recorded is that period's start). The store computes a
+-- bucket's numbers from its state with limits/bucket.go, which holds the
+-- same arithmetic as fill below (and settle.lua's).
 --
--- Sliding window: a limit up to maxSlots gives every admission its own
--- slot (exact), but one counted at the newest slot's time joins it (they
--- leave together), so that no two slots share a time, as in limits/
--- window.go; a larger limit groups admissions in 1/maxSlots of the
--- window, each group leaving the window with its latest admission (never
--- admits more). Work is bounded by what the hit needs, never by the
--- window's contents: a refusal reads the oldest slots that must leave for
--- the cost to fit (one, for a request of cost 1), so the over-limit
--- caller's hot path costs Redis no more than an admission. A window's
--- admission costs six commands (two of them push the keys' expiry to one
--- window after it; past maxSlots the group's count is read with the
--- others, so that recording it is one HSET), its refusal two; a bucket's
--- admission two, its refusal one (one more for a pending mark on a
--- Cluster): each hit of a batch adds a few commands to the one round trip.
--- Inside a script each command costs about a microsecond, and each number
--- passed to one as much again (see int below).
+-- Sliding window: as limits/window.go, a limit up to maxSlots gives every
+-- admission its own slot (exact), but one counted at the newest slot's
+-- time joins it (they leave together); a larger limit groups admissions in
+-- 1/maxSlots of the window, each group leaving the window with its latest
+-- admission (never admits more). Work is bounded by what the hit needs,
+-- never by the window's contents: a refusal reads the oldest slots that
+-- must leave for the cost to fit (one, for a request of cost 1: the first
+-- live one, read already), so the over-limit caller's hot path costs
+-- Redis no more than an admission. A window's admission costs one SET
+-- (and, past FRONT + TAIL slots, an RPUSH; every FRONT expired slots an
+-- LRANGE and an LTRIM), its refusal nothing but its share of the MGET, a
+-- bucket's admission one SET, its refusal nothing (one more command for a
+-- pending mark on a Cluster): each hit of a batch adds at most a few
+-- commands to the one round trip. Inside a script each command costs
+-- about a microsecond, and each number passed to one as much again (see
+-- int below).
 --
 -- Token bucket: the bucket starts full at burst, refills at limit per
 -- window lazily and never above burst, admits a cost it holds, keeps
@@ -83,154 +98,253 @@ end
 -- strings.
 local fmt = string.format
 local function int(x) return fmt('%d', x) end
--- A slot id as tostring writes it (%.14g): the same as %d below 1e14.
-local function slotid(x)
-  if x < 1e14 then return fmt('%d', x) end
-  return tostring(x)
-end
-local none = {}
 local mode = tonumber(ARGV[3])
 local maxslots = tonumber(ARGV[4])
 local marks = tonumber(ARGV[5])
+local max, min, floor = math.max, math.min, math.floor
+local sub, pack, unpack_s = string.sub, struct.pack, struct.unpack
 
-local function evalWindow(hit)
-  local z, h = hit.z, hit.h
-  local edge = now - hit.window
-  hit.edge = edge
-  local first = redis.call('ZRANGE', z, '0', '0', 'WITHSCORES')
-  local fields
-  if hit.limit > maxslots then
-    -- A larger limit groups admissions: this one joins now's group, whose
-    -- count is read here so that recording it is one HSET.
-    hit.group = math.floor(now / math.max(math.floor(hit.window / maxslots), 1))
-    hit.gid = 'g' .. slotid(hit.group)
-    fields = redis.call('HMGET', h, 's', 'q', 'n', 'g', 'x', hit.gid)
-    hit.held = tonumber(fields[6]) or 0
+-- ---- A sliding window's keys (the same in settle.lua, checked by a test).
+-- window begin
+local HEAD, HLEN, SLOT = '<dddddd', 48, '<dd'
+local FRONT, TAIL = 16, 16
+
+-- The j-th slot of the string (1-based): at, n.
+local function mslot(v, j) return unpack_s(SLOT, v, 16 * j + 33) end
+
+-- Reads a window's string v (false: none) into w.
+local function wopen(w, v)
+  if v and #v >= HLEN and (#v - HLEN) % 16 == 0 then
+    w.sum, w.made, w.gone, w.a, w.ln, w.le = unpack_s(HEAD, v)
+    w.v, w.m = v, (#v - HLEN) / 16
+    -- (Anything else is not this layout: as a fresh window.)
+    if w.ln == 0 then w.a = w.m end
+    if w.a >= 0 and w.a <= w.m and w.ln >= 0 and (w.ln == 0 or w.a < w.m) then return end
+  end
+  w.sum, w.made, w.gone, w.a, w.ln, w.le = 0, 0, 0, 0, 0, 0
+  w.v, w.m = '', 0
+end
+
+-- The list is gone (evicted, or deleted by hand): the tail is what is
+-- left; the front, older than anything the list held, goes too, and no
+-- admission counted before the tail is given back (gone).
+local function wrepair(w)
+  local v, a, sum = w.v, w.a, 0
+  for j = a + 1, w.m do
+    local _, c = mslot(v, j)
+    sum = sum + c
+  end
+  if a < w.m then w.gone = max(w.gone, mslot(v, a + 1) - 1) end
+  w.v = sub(v, 1, HLEN) .. sub(v, HLEN + 16 * a + 1)
+  w.m, w.a, w.ln, w.le, w.sum, w.chunk, w.dirty = w.m - a, w.m - a, 0, 0, sum, nil, true
+end
+
+-- The p-th slot of the window, oldest first (1-based): at, n; nil when
+-- the list is gone. The list is read FRONT elements at a time.
+local function qslot(w, p)
+  if p <= w.a then return unpack_s(SLOT, w.v, 16 * p + 33) end
+  local q = p - w.a
+  if q > w.ln then return unpack_s(SLOT, w.v, 16 * (p - w.ln) + 33) end
+  local c = w.chunk
+  if not c or q <= w.c0 or q > w.c0 + #c then
+    c = redis.call('LRANGE', w.l, int(q - 1), int(q + FRONT - 2))
+    w.chunk, w.c0 = c, q - 1
+  end
+  local s = c[q - w.c0]
+  if not s or #s ~= 16 then return nil end
+  return unpack_s(SLOT, s)
+end
+
+-- Drops (from the sums) the slots that have left the window (now -
+-- window, now]: w.drop of them, oldest first; w.size live slots are left,
+-- the oldest at w.oldest.
+local function wexpire(w, edge)
+  local total, p, sum = w.m + w.ln, 1, w.sum
+  local at, c
+  while p <= total do
+    at, c = qslot(w, p)
+    if not at then
+      wrepair(w)
+      return wexpire(w, edge)
+    end
+    if at > edge then break end
+    sum = sum - c
+    p = p + 1
+  end
+  if sum < 0 then sum = 0 end
+  w.sum, w.drop, w.size = sum, p - 1, total - p + 1
+  if p <= total then w.oldest = at else w.oldest = nil end
+end
+
+-- Where an admission at now is counted (limits/window.go's place): the
+-- time it is counted at and whether it joins the newest slot.
+local function wplace(w, limit, window)
+  if w.size == 0 then return now, false end
+  local newest = unpack_s('<d', w.v, 16 * w.m + 33)
+  local at, tie = now, now <= newest
+  if newest > at then at = newest end -- a clock gone backwards keeps the order
+  if tie then return at, true end
+  if limit > maxslots then
+    if w.size >= maxslots + 1 then return at, true end
+    local g = max(floor(window / maxslots), 1)
+    return at, floor(newest / g) == floor(at / g)
+  end
+  return at, w.size >= max(min(limit, maxslots), 1)
+end
+
+-- Writes the window back: its first w.drop slots dropped, its newest slot
+-- replaced by last and add appended (packed slots, or nil); ttl: the
+-- string's expiry, ms (nil keeps it). The list is touched only when the
+-- front runs out or a slot moves past the tail.
+local function wsave(w, last, add, ttl)
+  local v, m, a, ln, drop = w.v, w.m, w.a, w.ln, w.drop
+  local dF = min(drop, a)
+  local dL = min(drop - dF, ln)
+  local dT = drop - dF - dL
+  local keep = m
+  if last then keep = m - 1 end
+  local na, nl, body
+  if dL == 0 and (ln == 0 or a > dF) then
+    -- The list stays as it is: the slots kept are one run of the string.
+    local grow = 0
+    if add then grow = 1 end
+    if ln == 0 then
+      na = m - dF + grow
+      if na > FRONT + TAIL then na = nil end
+    elseif m - a + grow <= TAIL then
+      na = a - dF
+    end
+    if na then
+      nl = ln
+      body = sub(v, HLEN + 16 * dF + 1, HLEN + 16 * keep) .. (last or '') .. (add or '')
+    end
+  end
+  if not body then
+    -- The slots of the string, oldest first, the list's place after na.
+    local s = {}
+    for j = dF + 1, a do s[#s + 1] = sub(v, 16 * j + 33, 16 * j + 48) end
+    na = #s
+    for j = a + dT + 1, m do s[#s + 1] = sub(v, 16 * j + 33, 16 * j + 48) end
+    if last then s[#s] = last end
+    if add then s[#s + 1] = add end
+    nl = ln - dL
+    if dL > 0 then
+      if nl == 0 then redis.call('DEL', w.l) else redis.call('LTRIM', w.l, int(dL), '-1') end
+    end
+    if nl > 0 and na == 0 then
+      -- The front ran out: the list's oldest become the front.
+      local c = redis.call('LRANGE', w.l, '0', int(FRONT - 1))
+      if #c == nl then redis.call('DEL', w.l) else redis.call('LTRIM', w.l, int(#c), '-1') end
+      for j = #s, 1, -1 do s[j + #c] = s[j] end
+      for j = 1, #c do s[j] = c[j] end
+      na, nl = #c, nl - #c
+    end
+    if nl == 0 then na = #s end
+    local from, to = na + 1, #s - TAIL -- past the tail: to the list
+    if nl == 0 then
+      if #s <= FRONT + TAIL then to = 0 end
+      from, na = FRONT + 1, FRONT
+    end
+    if to >= from then
+      if nl == 0 then
+        redis.call('DEL', w.l) -- a list left by a counter of before (evicted string)
+        w.le = 0
+      end
+      local moved = {}
+      for j = from, to do moved[#moved + 1] = s[j] end
+      redis.call('RPUSH', w.l, unpack(moved))
+      nl = nl + #moved
+      -- It lives as long as its newest slot is in the window, and never
+      -- longer than the string as set now (ttl: this is an admission).
+      if w.le < unpack_s('<d', moved[#moved]) + w.window then
+        redis.call('PEXPIRE', w.l, ttl)
+        w.le = now + tonumber(ttl) * 1000
+      end
+      local t = {}
+      for j = 1, from - 1 do t[#t + 1] = s[j] end
+      for j = to + 1, #s do t[#t + 1] = s[j] end
+      s = t
+    end
+    if nl == 0 then
+      na, w.le = #s, 0
+    end
+    body = table.concat(s)
+  end
+  local value = pack(HEAD, w.sum, w.made, w.gone, na, nl, w.le) .. body
+  if ttl then
+    redis.call('SET', w.w, value, 'PX', ttl)
   else
-    fields = redis.call('HMGET', h, 's', 'q', 'n', 'g', 'x')
+    redis.call('SET', w.w, value, 'KEEPTTL')
   end
-  local sum = tonumber(fields[1]) or 0
-  hit.q, hit.newest = tonumber(fields[2]) or 0, tonumber(fields[3])
-  hit.made = fields[4]
-  if #first > 0 and tonumber(first[2]) <= edge then
-    -- Forget the slots that have left the window (now - window, now]; a
-    -- peek only leaves them out of its sums.
-    local old = redis.call('ZRANGEBYSCORE', z, '-inf', int(edge))
-    local counts = redis.call('HMGET', h, unpack(old))
-    for j = 1, #old do
-      sum = sum - (tonumber(counts[j]) or 0)
-      if old[j] == hit.gid then hit.held = 0 end -- dropped below
-    end
-    if sum < 0 then sum = 0 end
-    if mode == 0 then
-      redis.call('HDEL', h, unpack(old))
-      redis.call('ZREMRANGEBYSCORE', z, '-inf', int(edge))
-      redis.call('HSET', h, 's', int(sum), 'x', int(math.max(tonumber(fields[5]) or edge, edge)))
-    end
-    first = redis.call('ZRANGEBYSCORE', z, int(edge + 1), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
-    if mode == 0 and #first == 0 then
-      -- Every slot has left: the window is as a fresh one (Memory's ring
-      -- is empty), even for a clock read behind later.
-      redis.call('HDEL', h, 'n')
-      hit.newest = nil
-    end
-  end
-  if #first > 0 then hit.first, hit.oldest = first[1], tonumber(first[2]) end
-  if not hit.newest and #first > 0 then
-    -- A window written before "n" was kept.
-    local last = redis.call('ZRANGE', z, '-1', '-1', 'WITHSCORES')
-    hit.newest = tonumber(last[2])
-  end
-  hit.sum = sum
+end
+-- window end
+
+local function evalWindow(hit, v)
+  wopen(hit, v)
+  local edge = now - hit.window
+  wexpire(hit, edge)
+  if hit.drop > 0 then hit.gone = max(hit.gone, edge) end
+  local sum = hit.sum
   -- A settled charge may have taken the sum past the limit; a cost of 0
   -- still reads the state.
   hit.allowed = hit.cost == 0 or sum + hit.cost <= hit.limit
   if hit.allowed then return end
   hit.retry = hit.window
-  if hit.cost > hit.limit or not hit.oldest then return end
+  if hit.cost > hit.limit or hit.size == 0 then return end
   -- The wait until enough of the oldest slots leave for cost to fit.
   -- Every live slot holds at least one unit, so the slot that frees
   -- enough is among the first `need`: one, for a request of cost 1, and
   -- that one is read already.
   local need = sum + hit.cost - hit.limit
   if need <= 1 then
-    hit.retry = math.max(hit.oldest + hit.window - now, 1)
+    hit.retry = max(hit.oldest + hit.window - now, 1)
     return
   end
-  local slots = redis.call('ZRANGEBYSCORE', z, int(edge + 1), '+inf', 'WITHSCORES', 'LIMIT', '0', int(math.min(need, maxslots + 1)))
-  local ids = {}
-  for j = 1, #slots, 2 do ids[#ids + 1] = slots[j] end
-  local counts = redis.call('HMGET', h, unpack(ids))
-  local freed = 0
-  for j = 1, #ids do
-    freed = freed + (tonumber(counts[j]) or 0)
+  local freed, p, total = 0, hit.drop + 1, hit.m + hit.ln
+  while p <= total do
+    local at, c = qslot(hit, p)
+    if not at then return end -- the list is gone: answered by the window
+    freed = freed + c
     if freed >= need then
-      hit.retry = math.max(tonumber(slots[2 * j]) + hit.window - now, 1)
+      hit.retry = max(at + hit.window - now, 1)
       return
     end
+    p = p + 1
   end
 end
 
 -- Count (mode 0) or preview (mode 1) the admission of a window hit.
 local function takeWindow(hit)
-  -- A clock that went backwards (a failover to a server behind) must not
-  -- let an admission leave before the ones already counted.
-  local at = now
-  if hit.newest and hit.newest > at then at = hit.newest end
-  local id, bucket, tie
-  if hit.gid then
-    bucket, id = hit.group, hit.gid
-  elseif hit.newest and now <= hit.newest and hit.oldest then
-    tie = true -- joins the newest slot (read below, when recording)
-  else
-    id = slotid(hit.q + 1)
-  end
+  local at, merge = wplace(hit, hit.limit, hit.window)
   hit.sum = hit.sum + hit.cost
   hit.reset = at + hit.window - now
-  -- The oldest live slot once counted: the oldest now, unless that is the
-  -- grouped slot this admission joins, which moves to `at`.
+  -- The oldest live slot once counted: the oldest now, unless this
+  -- admission joins the only one, which moves to `at`.
   local oldest = hit.oldest or at
-  if bucket and hit.first == id then
-    local two = redis.call('ZRANGEBYSCORE', hit.z, int(hit.edge + 1), '+inf', 'WITHSCORES', 'LIMIT', '0', '2')
-    oldest = at
-    if #two >= 4 then oldest = math.min(tonumber(two[4]), at) end
-  end
-  hit.nxt = math.max(oldest + hit.window - now, 0)
+  if merge and hit.size == 1 then oldest = at end
+  hit.nxt = max(oldest + hit.window - now, 0)
   if mode ~= 0 then return end
-  -- The keys expire one window after this admission: its slot leaves the
-  -- window then, the last of them (a slot leaves with its latest
+  -- The string expires one window after this admission: its slot leaves
+  -- the window then, the last of them (a slot leaves with its latest
   -- admission), so nothing is left to keep.
   local ttl = int(math.ceil((at - now + hit.window) / 1000))
-  local ats = int(at)
-  local made = none
-  if not hit.made then made = {'g', ats} end
-  if tie then
-    id = redis.call('ZRANGE', hit.z, '-1', '-1')[1]
-    if string.sub(id, 1, 1) == 'g' then
-      hit.rec = -(tonumber(string.sub(id, 2)) + 1) -- grouped under a larger limit before
-    else
-      hit.rec = tonumber(id)
-    end
-  end
-  redis.call('ZADD', hit.z, ats, id)
-  if bucket then
-    redis.call('HSET', hit.h, 's', int(hit.sum), 'n', ats, id, int(hit.held + hit.cost), unpack(made))
-    hit.rec = -(bucket + 1)
-  elseif tie then
-    redis.call('HINCRBY', hit.h, id, int(hit.cost))
-    redis.call('HSET', hit.h, 's', int(hit.sum), 'n', ats, unpack(made))
+  if hit.made == 0 then hit.made = at end
+  hit.rec = at
+  if merge then
+    local _, c = mslot(hit.v, hit.m)
+    wsave(hit, pack(SLOT, at, c + hit.cost), nil, ttl)
   else
-    redis.call('HSET', hit.h, 's', int(hit.sum), 'q', int(hit.q + 1), 'n', ats, id, int(hit.cost), unpack(made))
-    hit.rec = hit.q + 1
+    wsave(hit, nil, pack(SLOT, at, hit.cost), ttl)
   end
-  redis.call('PEXPIRE', hit.z, ttl)
-  redis.call('PEXPIRE', hit.h, ttl)
+  hit.saved = true
 end
 
 -- Reset and next after of a window hit not counted.
 local function reportWindow(hit)
-  if hit.newest then hit.reset = math.max(hit.newest + hit.window - now, 0) end
-  if hit.oldest then hit.nxt = math.max(hit.oldest + hit.window - now, 0) end
+  if hit.size > 0 then
+    hit.reset = max(unpack_s('<d', hit.v, 16 * hit.m + 33) + hit.window - now, 0)
+    hit.nxt = max(hit.oldest + hit.window - now, 0)
+  end
 end
 
 -- The level of bucket hit `elapsed` µs (>= 0) after it held hit.tokens
@@ -246,8 +360,7 @@ local function fill(hit, elapsed)
   return t
 end
 
-local function evalBucket(hit)
-  local s = redis.call('GET', hit.b)
+local function evalBucket(hit, s)
   if s then
     local tokens, last = string.match(s, '^(%S+) (%S+)$')
     hit.tokens, hit.last = tonumber(tokens), tonumber(last)
@@ -269,18 +382,17 @@ local function takeBucket(hit)
   local tokens, last = hit.level - hit.cost, hit.last
   if now > last then last = now end -- never moves backwards
   -- Kept until full again (no need to be exact: the margin covers it).
-  local full = math.min((hit.burst - tokens) * hit.window / hit.limit, 1e15)
+  local full = min((hit.burst - tokens) * hit.window / hit.limit, 1e15)
   -- %.17g writes an integer's digits as %d does, far slower.
   local f = '%.17g %d'
-  if tokens == math.floor(tokens) and tokens > -1e15 and tokens < 1e15 then f = '%d %d' end
+  if tokens == floor(tokens) and tokens > -1e15 and tokens < 1e15 then f = '%d %d' end
   redis.call('SET', hit.b, fmt(f, tokens, last), 'PX', int(math.ceil(full / 1000) + 1000))
   hit.rec = 1
 end
 
 -- A calendar counter: the cost counted since its period began.
-local function evalCalendar(hit)
+local function evalCalendar(hit, s)
   hit.sum = 0
-  local s = redis.call('GET', hit.c)
   if s then
     local start, count, made = string.match(s, '^(%S+) (%S+) (%S+)$')
     start, count = tonumber(start), tonumber(count)
@@ -306,46 +418,55 @@ local function takeCalendar(hit)
 end
 
 local ok = true
-local hits = {}
+local hits, first = {}, {}
 local k = 1
 for i = 1, n do
   local a = 6 + (i - 1) * 6
-  local hit = {bucket = ARGV[a + 1] == 'b', shadow = ARGV[a + 2] == '1', limit = tonumber(ARGV[a + 3]),
+  local alg = ARGV[a + 1]
+  local hit = {alg = alg, shadow = ARGV[a + 2] == '1', limit = tonumber(ARGV[a + 3]),
                window = tonumber(ARGV[a + 4]), cost = tonumber(ARGV[a + 5]), burst = tonumber(ARGV[a + 6]),
                allowed = false, retry = 0, reset = 0, nxt = 0, rec = 0}
-  if ARGV[a + 1] == 'c' then
-    hit.cal, hit.c, hit.start, hit.expire = true, KEYS[k], hit.window, hit.burst
-    k = k + 1
-    evalCalendar(hit)
-  elseif hit.bucket then
+  first[i] = KEYS[k]
+  if alg == 'w' then
+    hit.w, hit.l = KEYS[k], KEYS[k + 1]
+    k = k + 2
+  elseif alg == 'b' then
     hit.b = KEYS[k]
     k = k + 1
-    evalBucket(hit)
   else
-    hit.z, hit.h = KEYS[k], KEYS[k + 1]
-    k = k + 2
-    evalWindow(hit)
+    hit.c, hit.start, hit.expire = KEYS[k], hit.window, hit.burst
+    k = k + 1
   end
   if marks > 0 then
     hit.p = KEYS[k]
     k = k + 1
   end
-  if not hit.allowed and not hit.shadow then ok = false end
   hits[i] = hit
+end
+local values = redis.call('MGET', unpack(first))
+for i = 1, n do
+  local hit = hits[i]
+  if hit.alg == 'w' then
+    evalWindow(hit, values[i])
+  elseif hit.alg == 'b' then
+    evalBucket(hit, values[i])
+  else
+    evalCalendar(hit, values[i])
+  end
+  if not hit.allowed and not hit.shadow then ok = false end
 end
 
 local out = {ok and 1 or 0, now}
 for i = 1, n do
   local hit = hits[i]
   local take = ok and mode ~= 2 and hit.allowed and hit.cost > 0
-  if hit.cal then
-    if take and mode == 0 then takeCalendar(hit) end
-  elseif hit.bucket then
-    if take and mode == 0 then takeBucket(hit) end
-  elseif take then
-    takeWindow(hit)
-  else
-    reportWindow(hit)
+  if hit.alg == 'w' then
+    if take then takeWindow(hit) else reportWindow(hit) end
+    -- Slots that left the window are dropped (and a gone list forgotten)
+    -- by a decision whatever its verdict, as limits/window.go does.
+    if mode == 0 and not hit.saved and (hit.drop > 0 or hit.dirty) then wsave(hit) end
+  elseif take and mode == 0 then
+    if hit.alg == 'b' then takeBucket(hit) else takeCalendar(hit) end
   end
   if marks == 2 and hit.rec ~= 0 then
     redis.call('SET', hit.p, '1', 'PX', ARGV[6])
@@ -357,18 +478,18 @@ for i = 1, n do
   end
   out[#out + 1] = verdict
   out[#out + 1] = hit.rec
-  if hit.cal then
+  if hit.alg == 'c' then
     out[#out + 1] = hit.sum
     out[#out + 1] = hit.made or 0
     out[#out + 1] = 0
     out[#out + 1] = 0
-  elseif hit.bucket then
+  elseif hit.alg == 'b' then
     out[#out + 1] = hit.state
     out[#out + 1] = 0
     out[#out + 1] = 0
     out[#out + 1] = 0
   else
-    out[#out + 1] = math.max(hit.limit - hit.sum, 0)
+    out[#out + 1] = max(hit.limit - hit.sum, 0)
     out[#out + 1] = hit.retry
     out[#out + 1] = hit.reset
     out[#out + 1] = hit.nxt

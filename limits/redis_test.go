@@ -293,8 +293,8 @@ func TestStory5StoreFailures(t *testing.T) {
 	})
 }
 
-// Every key the script writes has an expiry: a window's two keys (also
-// when its sorted set was emptied and made again), a bucket's one.
+// Every key the script writes has an expiry: a window's string (also
+// when all its slots had left and it was written again), a bucket's.
 func TestRedisKeysExpire(t *testing.T) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -311,16 +311,16 @@ func TestRedisKeysExpire(t *testing.T) {
 			}
 		}
 	}
-	z, h, bk := "ttl:{w|caller=k}:z", "ttl:{w|caller=k}:h", "ttl:{b|caller=k}:b"
+	wk, bk := "ttl:{w|caller=k}:w", "ttl:{b|caller=k}:b"
 	allow(t, s, w, "k", 1, at(0))
 	allow(t, s, b, "k", 1, at(0))
-	check("first admission", z, h, bk)
+	check("first admission", wk, bk)
 	allow(t, s, w, "k", 1, at(30))
-	check("second admission", z, h)
-	// At 100 s both slots have left: the sorted set is emptied, then made
-	// again by the admission.
+	check("second admission", wk)
+	// At 100 s both slots have left: they are dropped, then the admission
+	// counted.
 	allow(t, s, w, "k", 1, at(100))
-	check("after the window emptied", z, h)
+	check("after the window emptied", wk)
 	if ttl := client.PTTL(context.Background(), bk).Val(); ttl > 8*time.Second {
 		t.Fatalf("a bucket one token short of full kept for %v", ttl)
 	}
@@ -347,7 +347,7 @@ func TestRedisWindowKeysLiveOneWindow(t *testing.T) {
 			if !allow(t, s, w, "k", 1, now).Allowed {
 				t.Fatalf("admission %d refused", i)
 			}
-			for _, k := range []string{prefix + "{w|caller=k}:z", prefix + "{w|caller=k}:h"} {
+			for _, k := range []string{prefix + "{w|caller=k}:w"} {
 				ttl, err := client.PTTL(context.Background(), k).Result()
 				if err != nil || ttl > time.Minute || ttl < time.Minute-5*time.Second {
 					t.Fatalf("store clock %v, admission %d: %s expires in %v (%v), want one window, 60 s", own, i, k, ttl, err)

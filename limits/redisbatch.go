@@ -31,8 +31,8 @@ func (s *Redis) keyBase(rule string, key Key) string {
 }
 
 // counterKeys returns the Redis keys of hits' counters in order: a
-// sliding window's sorted set and hash, or a token bucket's string, each
-// followed by its pending mark's key when marks. They are cut from one
+// sliding window's string and list, a token bucket's or a calendar
+// counter's string, each followed by its pending mark's key when marks. They are cut from one
 // string: one allocation for the batch instead of two or three per hit.
 func (s *Redis) counterKeys(hits []Hit, marks bool) []string {
 	per := func(h *Hit) (n int, size int) {
@@ -79,7 +79,7 @@ func (s *Redis) counterKeys(hits []Hit, marks bool) []string {
 }
 
 // counterSuffix is the last letter of the k-th key of a counter (see
-// counterKeys): z and h for a window, b for a bucket, c for a calendar
+// counterKeys): w and l for a window, b for a bucket, c for a calendar
 // counter, then p, its pending mark.
 func counterSuffix(a Algorithm, k int) byte {
 	switch a {
@@ -88,7 +88,7 @@ func counterSuffix(a Algorithm, k int) byte {
 	case Calendar:
 		return "cp"[k]
 	}
-	return "zhp"[k]
+	return "wlp"[k]
 }
 
 // Decide implements Store.
@@ -103,7 +103,8 @@ func (s *Redis) Peek(ctx context.Context, hits []Hit, now time.Time, out []Decis
 }
 
 // Reset implements Store: it deletes the key's counters of every
-// algorithm (one slot, so one DEL on a cluster too).
+// algorithm (one slot, so one DEL on a cluster too), and a window's keys
+// as earlier releases laid them out (:z, :h), which this one never reads.
 func (s *Redis) Reset(ctx context.Context, rule *Rule, key Key) error {
 	if rule == nil {
 		return ErrBatch
@@ -111,7 +112,7 @@ func (s *Redis) Reset(ctx context.Context, rule *Rule, key Key) error {
 	base := s.keyBase(rule.Name, key)
 	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	defer cancel()
-	if err := s.o.Client.Del(ctx, base+":z", base+":h", base+":b", base+":c", base+":p").Err(); err != nil {
+	if err := s.o.Client.Del(ctx, base+":w", base+":l", base+":b", base+":c", base+":p", base+":z", base+":h").Err(); err != nil {
 		return fmt.Errorf("redis reset: %w", err)
 	}
 	return nil
@@ -511,9 +512,7 @@ func decodeReply(res []any, hits []Hit, at time.Time, mode scriptMode, out []Dec
 			v[j], _ = r[2+j].(int64)
 		}
 		if rec != 0 {
-			// The time the admission was counted at: its reset after is
-			// that time's window end.
-			ticket.at = now + v[2] - h.Rule.Window.Microseconds()
+			ticket.at = rec // the time the admission was counted at
 		}
 		out[i] = Decision{
 			Allowed:    allowed == 1,
