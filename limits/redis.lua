@@ -12,11 +12,13 @@
 -- keys are followed by its pending mark's key (a Cluster), 2 as 1, and
 -- each hit recorded sets its pending mark: this part of a split batch may
 -- still be rolled back; [6] how long a pending mark lasts, ms (it outlasts
--- the rollback of the charge it marks); then per hit: algorithm ("w":
--- sliding window, "b": token bucket, "c": calendar), shadow (1/0), limit,
--- window (µs; a calendar counter: its current period's start, unix s),
--- cost, burst (buckets only; a calendar counter: how long its key lives
--- when written in this period, s: to the period's end and a margin).
+-- the rollback of the charge it marks); then per hit its algorithm ("w":
+-- sliding window, "b": token bucket, "c": calendar; in capitals for a
+-- shadow rule), limit and, a window: its length (µs) and the cost; a
+-- bucket: its window (µs), the cost and its burst; a calendar counter:
+-- its current period's start (unix s), the cost and how long its key
+-- lives when written in this period (s: to the period's end and a
+-- margin).
 --
 -- KEYS, per hit in order: a sliding window's string and list (below); a
 -- token bucket's one string key, "tokens last" (the tokens, fractional, as
@@ -107,7 +109,7 @@ local sub, pack, unpack_s = string.sub, struct.pack, struct.unpack
 -- ---- A sliding window's keys (the same in settle.lua, checked by a test).
 -- window begin
 local HEAD, HLEN, SLOT = '<dddddd', 48, '<dd'
-local FRONT, TAIL = 16, 16
+local FRONT, TAIL, KEEP = 8, 8, 4
 
 -- The j-th slot of the string (1-based): at, n.
 local function mslot(v, j) return unpack_s(SLOT, v, 16 * j + 33) end
@@ -125,18 +127,17 @@ local function wopen(w, v)
   w.v, w.m = '', 0
 end
 
--- The list is gone (evicted, or deleted by hand): the tail is what is
--- left; the front, older than anything the list held, goes too, and no
--- admission counted before the tail is given back (gone).
+-- The list is gone (evicted, or deleted by hand): the window is what
+-- the string holds, and no admission counted before its tail is given
+-- back (gone: its slot may have been in the list).
 local function wrepair(w)
-  local v, a, sum = w.v, w.a, 0
-  for j = a + 1, w.m do
+  local v, sum = w.v, 0
+  for j = 1, w.m do
     local _, c = mslot(v, j)
     sum = sum + c
   end
-  if a < w.m then w.gone = max(w.gone, mslot(v, a + 1) - 1) end
-  w.v = sub(v, 1, HLEN) .. sub(v, HLEN + 16 * a + 1)
-  w.m, w.a, w.ln, w.le, w.sum, w.chunk, w.dirty = w.m - a, w.m - a, 0, 0, sum, nil, true
+  if w.a < w.m then w.gone = max(w.gone, mslot(v, w.a + 1) - 1) end
+  w.a, w.ln, w.le, w.sum, w.chunk, w.dirty = w.m, 0, 0, sum, nil, true
 end
 
 -- The p-th slot of the window, oldest first (1-based): at, n; nil when
@@ -240,11 +241,13 @@ local function wsave(w, last, add, ttl)
       na, nl = #c, nl - #c
     end
     if nl == 0 then na = #s end
-    local from, to = na + 1, #s - TAIL -- past the tail: to the list
-    if nl == 0 then
-      if #s <= FRONT + TAIL then to = 0 end
+    -- A tail past TAIL slots keeps its newest KEEP, the others go to the
+    -- list (so that a list is written once every few new slots).
+    local from, to = na + 1, 0
+    if nl == 0 and #s > FRONT + TAIL then
       from, na = FRONT + 1, FRONT
     end
+    if #s - na > TAIL then to = #s - KEEP end
     if to >= from then
       if nl == 0 then
         redis.call('DEL', w.l) -- a list left by a counter of before (evicted string)
@@ -254,11 +257,14 @@ local function wsave(w, last, add, ttl)
       for j = from, to do moved[#moved + 1] = s[j] end
       redis.call('RPUSH', w.l, unpack(moved))
       nl = nl + #moved
-      -- It lives as long as its newest slot is in the window, and never
-      -- longer than the string as set now (ttl: this is an admission).
+      -- It lives as long as its newest slot is in the window: set to one
+      -- window past the string's expiry (ttl: this is an admission), so
+      -- that once a window is enough. (A list left behind by a string
+      -- gone before it is deleted above when a list starts again.)
       if w.le < unpack_s('<d', moved[#moved]) + w.window then
-        redis.call('PEXPIRE', w.l, ttl)
-        w.le = now + tonumber(ttl) * 1000
+        local ms = tonumber(ttl) + math.ceil(w.window / 1000)
+        redis.call('PEXPIRE', w.l, int(ms))
+        w.le = now + ms * 1000
       end
       local t = {}
       for j = 1, from - 1 do t[#t + 1] = s[j] end
@@ -412,30 +418,37 @@ local function takeCalendar(hit)
   if hit.later then
     redis.call('SET', hit.c, v, 'KEEPTTL')
   else
-    redis.call('SET', hit.c, v, 'EX', int(hit.expire))
+    redis.call('SET', hit.c, v, 'EX', hit.expire)
   end
   hit.rec = hit.start
 end
 
 local ok = true
 local hits, first = {}, {}
-local k = 1
+local k, a = 1, 7
 for i = 1, n do
-  local a = 6 + (i - 1) * 6
-  local alg = ARGV[a + 1]
-  local hit = {alg = alg, shadow = ARGV[a + 2] == '1', limit = tonumber(ARGV[a + 3]),
-               window = tonumber(ARGV[a + 4]), cost = tonumber(ARGV[a + 5]), burst = tonumber(ARGV[a + 6]),
-               allowed = false, retry = 0, reset = 0, nxt = 0, rec = 0}
-  first[i] = KEYS[k]
-  if alg == 'w' then
-    hit.w, hit.l = KEYS[k], KEYS[k + 1]
-    k = k + 2
-  elseif alg == 'b' then
-    hit.b = KEYS[k]
-    k = k + 1
+  -- Each table is made with every field it will hold: it never grows.
+  local alg, hit = ARGV[a]
+  if alg == 'w' or alg == 'W' then
+    hit = {alg = 'w', shadow = alg == 'W', limit = tonumber(ARGV[a + 1]), window = tonumber(ARGV[a + 2]),
+           cost = tonumber(ARGV[a + 3]), w = KEYS[k], l = KEYS[k + 1], p = false,
+           allowed = false, retry = 0, reset = 0, nxt = 0, rec = 0, saved = false, dirty = false,
+           v = '', m = 0, sum = 0, made = 0, gone = 0, a = 0, ln = 0, le = 0, drop = 0, size = 0,
+           oldest = false, chunk = false, c0 = 0}
+    first[i] = KEYS[k]
+    a, k = a + 4, k + 2
+  elseif alg == 'b' or alg == 'B' then
+    hit = {alg = 'b', shadow = alg == 'B', limit = tonumber(ARGV[a + 1]), window = tonumber(ARGV[a + 2]),
+           cost = tonumber(ARGV[a + 3]), burst = tonumber(ARGV[a + 4]), b = KEYS[k], p = false,
+           allowed = false, retry = 0, reset = 0, nxt = 0, rec = 0, tokens = false, last = false, state = '', level = 0}
+    first[i] = KEYS[k]
+    a, k = a + 5, k + 1
   else
-    hit.c, hit.start, hit.expire = KEYS[k], hit.window, hit.burst
-    k = k + 1
+    hit = {alg = 'c', shadow = alg == 'C', limit = tonumber(ARGV[a + 1]), start = tonumber(ARGV[a + 2]),
+           cost = tonumber(ARGV[a + 3]), expire = ARGV[a + 4], c = KEYS[k], p = false,
+           allowed = false, retry = 0, reset = 0, nxt = 0, rec = 0, sum = 0, made = false, later = false}
+    first[i] = KEYS[k]
+    a, k = a + 5, k + 1
   end
   if marks > 0 then
     hit.p = KEYS[k]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -353,6 +354,144 @@ func TestRedisWindowKeysLiveOneWindow(t *testing.T) {
 					t.Fatalf("store clock %v, admission %d: %s expires in %v (%v), want one window, 60 s", own, i, k, ttl, err)
 				}
 			}
+		}
+	}
+}
+
+// A window of many slots keeps its middle in a list (see redis.lua).
+// Refunds that empty the newest slots take the list's newest back into
+// the string, and the front runs out and is refilled from the list, with
+// every answer Memory's.
+func TestRedisWindowListAgreesWithMemory(t *testing.T) {
+	srv := redistest.Start(t)
+	red := newRedisStore(t, srv, true)
+	mem := limits.NewMemory(limits.MemoryOptions{})
+	r := sw("list", 100, 10*time.Second)
+	ctx := context.Background()
+	hit := limits.Hit{Rule: r, Key: limits.KeyOf("caller", "k"), Cost: 2}
+	type both struct{ mem, red limits.Ticket }
+	var tickets []both
+	same := func(label string, now time.Time, peek bool) {
+		t.Helper()
+		mo, ro := make([]limits.Decision, 1), make([]limits.Decision, 1)
+		var mok, rok bool
+		var merr, rerr error
+		if peek {
+			h := hit
+			h.Cost = 0
+			mok, merr = mem.Peek(ctx, []limits.Hit{h}, now, mo)
+			rok, rerr = red.Peek(ctx, []limits.Hit{h}, now, ro)
+		} else {
+			mok, merr = mem.Decide(ctx, []limits.Hit{hit}, now, mo)
+			rok, rerr = red.Decide(ctx, []limits.Hit{hit}, now, ro)
+			if mok && rok {
+				tickets = append(tickets, both{mo[0].Ticket, ro[0].Ticket})
+			}
+		}
+		if merr != nil || rerr != nil || mok != rok || fmt.Sprint(untick(mo)) != fmt.Sprint(untick(ro)) {
+			t.Fatalf("%s: memory %v %v %+v, redis %v %v %+v", label, mok, merr, mo[0], rok, rerr, ro[0])
+		}
+	}
+	settle := func(i int, actual int64, now time.Time) {
+		t.Helper()
+		if err := mem.Settle(ctx, []limits.Settlement{{Hit: hit, Ticket: tickets[i].mem, Actual: actual}}, now); err != nil {
+			t.Fatal(err)
+		}
+		if err := red.Settle(ctx, []limits.Settlement{{Hit: hit, Ticket: tickets[i].red, Actual: actual}}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { client.Close() })
+	calls := func(cmd string) int64 {
+		t.Helper()
+		info := client.Info(ctx, "commandstats").Val()
+		var n int64
+		if _, rest, ok := strings.Cut(info, "cmdstat_"+cmd+":calls="); ok {
+			fmt.Sscanf(rest, "%d", &n)
+		}
+		return n
+	}
+	// 30 admissions 0.1 s apart: a slot each, most of them in the list.
+	for i := range 30 {
+		same(fmt.Sprint("admission ", i), at(0.1*float64(i+1)), false)
+	}
+	if calls("rpush") == 0 {
+		t.Fatal("no slot went to the list")
+	}
+	// Give back the newest ten whole, newest first, then half of some in
+	// the list: the string's tail empties and takes the list's newest.
+	for i := 29; i >= 20; i-- {
+		settle(i, 0, at(3.1))
+		same(fmt.Sprint("after refunding ", i), at(3.1), true)
+	}
+	for _, i := range []int{12, 14, 9} {
+		settle(i, 1, at(3.2))
+		same(fmt.Sprint("after settling ", i), at(3.2), true)
+	}
+	if calls("rpop") == 0 || calls("lset") == 0 {
+		t.Fatal("the list's newest never came back, or no slot in it was settled")
+	}
+	// Time passes: the front leaves the window and is refilled from the
+	// list, while admissions go on.
+	for i := range 40 {
+		now := at(10 + 0.05*float64(i))
+		same(fmt.Sprint("later ", i), now, i%3 == 0)
+	}
+	if calls("ltrim") == 0 {
+		t.Fatal("the front was never refilled")
+	}
+	// A whole window later nothing is left, in the string or the list.
+	same("a window later", at(30), true)
+}
+
+// A list deleted by hand (or evicted) is no error: the window goes on
+// with what its string holds, and gives nothing back for admissions that
+// were counted in the list.
+func TestRedisWindowWithoutItsList(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { client.Close() })
+	s := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: "lost:", Timeout: time.Second, ClientClock: true})
+	t.Cleanup(s.Close)
+	ctx := context.Background()
+	r := sw("w", 100, 10*time.Second)
+	var tickets []limits.Ticket
+	for i := range 30 {
+		d := allow(t, s, r, "k", 1, at(0.1*float64(i+1)))
+		tickets = append(tickets, d.Ticket)
+	}
+	if n := client.Exists(ctx, "lost:{w|caller=k}:l").Val(); n != 1 {
+		t.Fatal("no list")
+	}
+	client.Del(ctx, "lost:{w|caller=k}:l")
+	hit := limits.Hit{Rule: r, Key: limits.KeyOf("caller", "k"), Cost: 1}
+	// The first refund finds the list gone: the units it held are
+	// forgotten (the window holds what its string does). A refund of an
+	// admission that was in the list gives nothing back.
+	remaining := func() int64 { return allow(t, s, r, "k", 0, at(3.5)).Remaining }
+	refund := func(i int) {
+		t.Helper()
+		if err := s.Settle(ctx, []limits.Settlement{{Hit: hit, Ticket: tickets[i], Actual: 0}}, at(3.5)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := remaining()
+	refund(12)
+	lost := remaining()
+	if lost <= before || lost >= 100 {
+		t.Fatalf("remaining %d, then %d once the list was found gone", before, lost)
+	}
+	for _, i := range []int{13, 3, 14} {
+		refund(i)
+		if n := remaining(); n != lost {
+			t.Fatalf("admission %d given back after the list was lost: remaining %d, then %d", i, lost, n)
+		}
+	}
+	// Admissions go on, and the front leaving the window is no error.
+	for i := range 50 {
+		if d := allow(t, s, r, "k", 1, at(4+0.2*float64(i))); !d.Allowed {
+			t.Fatalf("admission %d refused: %+v", i, d)
 		}
 	}
 }

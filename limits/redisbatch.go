@@ -314,6 +314,16 @@ func algorithmArg(a Algorithm) string {
 	return "w"
 }
 
+// decideArg is a rule's algorithm as redis.lua names it, in capitals for
+// a shadow rule.
+func decideArg(r *Rule) string {
+	a := algorithmArg(r.Algorithm)
+	if r.Shadow {
+		return strings.ToUpper(a)
+	}
+	return a
+}
+
 // calendarMargin is how long a calendar counter's key outlives its
 // period: instances whose clocks are a little behind still read it.
 const calendarMargin = time.Hour
@@ -365,25 +375,25 @@ func (s *Redis) run(ctx context.Context, sh *redisShard, hits []Hit, now time.Ti
 		return false, ErrUnavailable
 	}
 	keys := s.counterKeys(hits, marks != marksNone)
-	args := make([]any, 0, 6+6*len(hits))
+	args := make([]any, 0, 6+5*len(hits))
 	args = append(args, len(hits), s.clock(now), int(mode), maxSlots, int(marks), markFor.Milliseconds())
 	for i := range hits {
 		h := &hits[i]
 		limit, burst := h.Limits()
-		shadow := 0
-		if h.Rule.Shadow {
-			shadow = 1
-		}
-		if h.Rule.Algorithm == Calendar {
+		alg := decideArg(h.Rule)
+		switch h.Rule.Algorithm {
+		case Calendar:
 			// The period's start (unix s) and how long the key lives,
 			// in s, from now to the period's end and a margin (relative:
 			// the script's clock may not be now's): the script does no
 			// calendar arithmetic.
 			p := periodOf(h.Rule, now)
-			args = append(args, "c", shadow, limit, p.start, h.Cost, ceilSeconds(p.left+calendarMargin))
-			continue
+			args = append(args, alg, limit, p.start, h.Cost, ceilSeconds(p.left+calendarMargin))
+		case TokenBucket:
+			args = append(args, alg, limit, h.Rule.Window.Microseconds(), h.Cost, burst)
+		default:
+			args = append(args, alg, limit, h.Rule.Window.Microseconds(), h.Cost)
 		}
-		args = append(args, algorithmArg(h.Rule.Algorithm), shadow, limit, h.Rule.Window.Microseconds(), h.Cost, burst)
 	}
 	reply, err := s.exec(ctx, sh, s.script, keys, args, s.o.Timeout)
 	if err != nil {

@@ -46,7 +46,7 @@ local sub, pack, unpack_s = string.sub, struct.pack, struct.unpack
 -- ---- A sliding window's keys (the same as redis.lua's, checked by a test).
 -- window begin
 local HEAD, HLEN, SLOT = '<dddddd', 48, '<dd'
-local FRONT, TAIL = 16, 16
+local FRONT, TAIL, KEEP = 8, 8, 4
 
 -- The j-th slot of the string (1-based): at, n.
 local function mslot(v, j) return unpack_s(SLOT, v, 16 * j + 33) end
@@ -64,18 +64,17 @@ local function wopen(w, v)
   w.v, w.m = '', 0
 end
 
--- The list is gone (evicted, or deleted by hand): the tail is what is
--- left; the front, older than anything the list held, goes too, and no
--- admission counted before the tail is given back (gone).
+-- The list is gone (evicted, or deleted by hand): the window is what
+-- the string holds, and no admission counted before its tail is given
+-- back (gone: its slot may have been in the list).
 local function wrepair(w)
-  local v, a, sum = w.v, w.a, 0
-  for j = a + 1, w.m do
+  local v, sum = w.v, 0
+  for j = 1, w.m do
     local _, c = mslot(v, j)
     sum = sum + c
   end
-  if a < w.m then w.gone = max(w.gone, mslot(v, a + 1) - 1) end
-  w.v = sub(v, 1, HLEN) .. sub(v, HLEN + 16 * a + 1)
-  w.m, w.a, w.ln, w.le, w.sum, w.chunk, w.dirty = w.m - a, w.m - a, 0, 0, sum, nil, true
+  if w.a < w.m then w.gone = max(w.gone, mslot(v, w.a + 1) - 1) end
+  w.a, w.ln, w.le, w.sum, w.chunk, w.dirty = w.m, 0, 0, sum, nil, true
 end
 
 -- The p-th slot of the window, oldest first (1-based): at, n; nil when
@@ -179,11 +178,13 @@ local function wsave(w, last, add, ttl)
       na, nl = #c, nl - #c
     end
     if nl == 0 then na = #s end
-    local from, to = na + 1, #s - TAIL -- past the tail: to the list
-    if nl == 0 then
-      if #s <= FRONT + TAIL then to = 0 end
+    -- A tail past TAIL slots keeps its newest KEEP, the others go to the
+    -- list (so that a list is written once every few new slots).
+    local from, to = na + 1, 0
+    if nl == 0 and #s > FRONT + TAIL then
       from, na = FRONT + 1, FRONT
     end
+    if #s - na > TAIL then to = #s - KEEP end
     if to >= from then
       if nl == 0 then
         redis.call('DEL', w.l) -- a list left by a counter of before (evicted string)
@@ -193,11 +194,14 @@ local function wsave(w, last, add, ttl)
       for j = from, to do moved[#moved + 1] = s[j] end
       redis.call('RPUSH', w.l, unpack(moved))
       nl = nl + #moved
-      -- It lives as long as its newest slot is in the window, and never
-      -- longer than the string as set now (ttl: this is an admission).
+      -- It lives as long as its newest slot is in the window: set to one
+      -- window past the string's expiry (ttl: this is an admission), so
+      -- that once a window is enough. (A list left behind by a string
+      -- gone before it is deleted above when a list starts again.)
       if w.le < unpack_s('<d', moved[#moved]) + w.window then
-        redis.call('PEXPIRE', w.l, ttl)
-        w.le = now + tonumber(ttl) * 1000
+        local ms = tonumber(ttl) + math.ceil(w.window / 1000)
+        redis.call('PEXPIRE', w.l, int(ms))
+        w.le = now + ms * 1000
       end
       local t = {}
       for j = 1, from - 1 do t[#t + 1] = s[j] end
