@@ -49,22 +49,24 @@
 -- the window holds, and an admission reads and writes it whole (one MGET
 -- for the batch, one SET per hit), touching the list only when a slot
 -- moves past the tail (RPUSH) or the front runs out (LRANGE, LTRIM).
--- The list never outlives the string (its expiry is the string's as set
--- when it grew), and lives as long as its newest slot is in the window.
+-- The list lives as long as its newest slot is in the window, and at
+-- most a window longer than the string.
 --
--- Returns: allowed (1/0: every enforcing hit admits), now (µs), then 6
--- values per hit: allowed (1 admits, 0 refuses, -1 refuses while the
--- counter holds a charge that may still be rolled back: the refusal may
--- not last) and what was recorded, which settle.lua takes to settle or
--- roll back the admission (for a window the time it was counted at, µs:
--- the slot is the first at or after it; for a bucket 1; 0 when nothing
--- was), then for a window: remaining, retry after, reset after, next after
--- (µs); for a bucket: its state as read ("tokens last", or "" for a fresh
--- bucket) and three zeros; for a calendar counter: the count read in the
--- period counted in, when its counter was made (µs, 0 for none), then two
--- zeros (what was recorded is that period's start). The store computes a
--- bucket's numbers from its state with limits/bucket.go, which holds the
--- same arithmetic as fill below (and settle.lua's).
+-- Returns one string of doubles ("<d" each): allowed (1/0: every
+-- enforcing hit admits), now (µs), then 6 per hit: allowed (1 admits, 0
+-- refuses, -1 refuses while the counter holds a charge that may still be
+-- rolled back: the refusal may not last) and what was recorded, which
+-- settle.lua takes to settle or roll back the admission (for a window the
+-- time it was counted at, µs: the slot is the first at or after it; for
+-- a bucket 1; 0 when nothing was), then for a window: remaining, retry
+-- after, reset after, next after (µs); for a bucket: its state as read
+-- (tokens, NaN for a fresh bucket, and its time, µs) and two zeros; for a
+-- calendar counter: the count read in the period counted in, when its
+-- counter was made (µs, 0 for none), then two zeros (what was recorded is
+-- that period's start). One string costs the script and the client far
+-- less than numbers one by one. The store computes a bucket's numbers
+-- from its state with limits/bucket.go, which holds the same arithmetic
+-- as fill below (and settle.lua's).
 --
 -- Sliding window: as limits/window.go, a limit up to maxSlots gives every
 -- admission its own slot (exact), but one counted at the newest slot's
@@ -106,10 +108,24 @@ local marks = tonumber(ARGV[5])
 local max, min, floor = math.max, math.min, math.floor
 local sub, pack, unpack_s = string.sub, struct.pack, struct.unpack
 
+-- A hit is an array made at its full size (a table's named fields cost
+-- a script twice as much, and so would naming its indices: each local a
+-- function uses is an upvalue to capture on every call). Every hit's
+-- first: [1] its (first) key, [2] its window (µs), [3] its algorithm,
+-- [4] shadow, [5] limit, [6] cost, [7] its pending mark's key, [8]
+-- allowed, [9] what was recorded (see Returns).
+
 -- ---- A sliding window's keys (the same in settle.lua, checked by a test).
 -- window begin
 local HEAD, HLEN, SLOT = '<dddddd', 48, '<dd'
 local FRONT, TAIL, KEEP = 8, 8, 4
+-- A window's fields ([1] its string's key, [2] its length, µs): [10]
+-- its list's key, [11] its string as read, [12] the slots in it, the
+-- header's [13] sum, [14] made, [15] gone, [16] front and [17] listed,
+-- [18] listUntil; once expired: [19] how many slots left the window,
+-- [20] how many are live, [21] the oldest live slot's time (false: none);
+-- the list as read: [22] a chunk (false: none) and [23] where it starts;
+-- [24] whether a lost list was forgotten (to be written back).
 
 -- The j-th slot of the string (1-based): at, n.
 local function mslot(v, j) return unpack_s(SLOT, v, 16 * j + 33) end
@@ -117,51 +133,61 @@ local function mslot(v, j) return unpack_s(SLOT, v, 16 * j + 33) end
 -- Reads a window's string v (false: none) into w.
 local function wopen(w, v)
   if v and #v >= HLEN and (#v - HLEN) % 16 == 0 then
-    w.sum, w.made, w.gone, w.a, w.ln, w.le = unpack_s(HEAD, v)
-    w.v, w.m = v, (#v - HLEN) / 16
+    local m = (#v - HLEN) / 16
+    local sum, made, gone, a, ln, le = unpack_s(HEAD, v)
+    if ln == 0 then a = m end
     -- (Anything else is not this layout: as a fresh window.)
-    if w.ln == 0 then w.a = w.m end
-    if w.a >= 0 and w.a <= w.m and w.ln >= 0 and (w.ln == 0 or w.a < w.m) then return end
+    if a >= 0 and a <= m and ln >= 0 and (ln == 0 or a < m) then
+      w[11], w[12], w[13], w[14], w[15], w[16], w[17], w[18] = v, m, sum, made, gone, a, ln, le
+      return
+    end
   end
-  w.sum, w.made, w.gone, w.a, w.ln, w.le = 0, 0, 0, 0, 0, 0
-  w.v, w.m = '', 0
+  w[11], w[12], w[13], w[14], w[15], w[16], w[17], w[18] = '', 0, 0, 0, 0, 0, 0, 0
 end
 
 -- The list is gone (evicted, or deleted by hand): the window is what
 -- the string holds, and no admission counted before its tail is given
 -- back (gone: its slot may have been in the list).
 local function wrepair(w)
-  local v, sum = w.v, 0
-  for j = 1, w.m do
+  local v, sum = w[11], 0
+  for j = 1, w[12] do
     local _, c = mslot(v, j)
     sum = sum + c
   end
-  if w.a < w.m then w.gone = max(w.gone, mslot(v, w.a + 1) - 1) end
-  w.a, w.ln, w.le, w.sum, w.chunk, w.dirty = w.m, 0, 0, sum, nil, true
+  if w[16] < w[12] then w[15] = max(w[15], mslot(v, w[16] + 1) - 1) end
+  w[16], w[17], w[18], w[13], w[22], w[24] = w[12], 0, 0, sum, false, true
 end
 
 -- The p-th slot of the window, oldest first (1-based): at, n; nil when
 -- the list is gone. The list is read FRONT elements at a time.
 local function qslot(w, p)
-  if p <= w.a then return unpack_s(SLOT, w.v, 16 * p + 33) end
-  local q = p - w.a
-  if q > w.ln then return unpack_s(SLOT, w.v, 16 * (p - w.ln) + 33) end
-  local c = w.chunk
-  if not c or q <= w.c0 or q > w.c0 + #c then
-    c = redis.call('LRANGE', w.l, int(q - 1), int(q + FRONT - 2))
-    w.chunk, w.c0 = c, q - 1
+  local a = w[16]
+  if p <= a then return unpack_s(SLOT, w[11], 16 * p + 33) end
+  local q, ln = p - a, w[17]
+  if q > ln then return unpack_s(SLOT, w[11], 16 * (p - ln) + 33) end
+  local c = w[22]
+  if not c or q <= w[23] or q > w[23] + #c then
+    c = redis.call('LRANGE', w[10], int(q - 1), int(q + FRONT - 2))
+    w[22], w[23] = c, q - 1
   end
-  local s = c[q - w.c0]
+  local s = c[q - w[23]]
   if not s or #s ~= 16 then return nil end
   return unpack_s(SLOT, s)
 end
 
--- Drops (from the sums) the slots that have left the window (now -
--- window, now]: w.drop of them, oldest first; w.size live slots are left,
--- the oldest at w.oldest.
+-- Drops (from the sum) the slots that have left the window (now -
+-- window, now]: [19] of them, oldest first; [20] live slots are left,
+-- the oldest at [21] (false: none).
 local function wexpire(w, edge)
-  local total, p, sum = w.m + w.ln, 1, w.sum
-  local at, c
+  local total, sum = w[12] + w[17], w[13]
+  if total > 0 and w[16] > 0 then
+    local at = unpack_s('<d', w[11], 49)
+    if at > edge then -- nothing left: the common case, one read
+      w[19], w[20], w[21] = 0, total, at
+      return
+    end
+  end
+  local p, at, c = 1
   while p <= total do
     at, c = qslot(w, p)
     if not at then
@@ -173,32 +199,33 @@ local function wexpire(w, edge)
     p = p + 1
   end
   if sum < 0 then sum = 0 end
-  w.sum, w.drop, w.size = sum, p - 1, total - p + 1
-  if p <= total then w.oldest = at else w.oldest = nil end
+  w[13], w[19], w[20] = sum, p - 1, total - p + 1
+  if p <= total then w[21] = at else w[21] = false end
 end
 
 -- Where an admission at now is counted (limits/window.go's place): the
--- time it is counted at and whether it joins the newest slot.
-local function wplace(w, limit, window)
-  if w.size == 0 then return now, false end
-  local newest = unpack_s('<d', w.v, 16 * w.m + 33)
+-- time it is counted at, whether it joins the newest slot, and that
+-- slot's count.
+local function wplace(w, limit)
+  if w[20] == 0 then return now, false, 0 end
+  local newest, c = unpack_s(SLOT, w[11], 16 * w[12] + 33)
   local at, tie = now, now <= newest
   if newest > at then at = newest end -- a clock gone backwards keeps the order
-  if tie then return at, true end
+  if tie then return at, true, c end
   if limit > maxslots then
-    if w.size >= maxslots + 1 then return at, true end
-    local g = max(floor(window / maxslots), 1)
-    return at, floor(newest / g) == floor(at / g)
+    if w[20] >= maxslots + 1 then return at, true, c end
+    local g = max(floor(w[2] / maxslots), 1)
+    return at, floor(newest / g) == floor(at / g), c
   end
-  return at, w.size >= max(min(limit, maxslots), 1)
+  return at, w[20] >= max(min(limit, maxslots), 1), c
 end
 
--- Writes the window back: its first w.drop slots dropped, its newest slot
+-- Writes the window back: its first [19] slots dropped, its newest slot
 -- replaced by last and add appended (packed slots, or nil); ttl: the
 -- string's expiry, ms (nil keeps it). The list is touched only when the
--- front runs out or a slot moves past the tail.
+-- front runs out or a tail past TAIL slots moves to it.
 local function wsave(w, last, add, ttl)
-  local v, m, a, ln, drop = w.v, w.m, w.a, w.ln, w.drop
+  local v, m, a, ln, drop = w[11], w[12], w[16], w[17], w[19]
   local dF = min(drop, a)
   local dL = min(drop - dF, ln)
   local dT = drop - dF - dL
@@ -229,13 +256,14 @@ local function wsave(w, last, add, ttl)
     if last then s[#s] = last end
     if add then s[#s + 1] = add end
     nl = ln - dL
+    local l = w[10]
     if dL > 0 then
-      if nl == 0 then redis.call('DEL', w.l) else redis.call('LTRIM', w.l, int(dL), '-1') end
+      if nl == 0 then redis.call('DEL', l) else redis.call('LTRIM', l, int(dL), '-1') end
     end
     if nl > 0 and na == 0 then
       -- The front ran out: the list's oldest become the front.
-      local c = redis.call('LRANGE', w.l, '0', int(FRONT - 1))
-      if #c == nl then redis.call('DEL', w.l) else redis.call('LTRIM', w.l, int(#c), '-1') end
+      local c = redis.call('LRANGE', l, '0', int(FRONT - 1))
+      if #c == nl then redis.call('DEL', l) else redis.call('LTRIM', l, int(#c), '-1') end
       for j = #s, 1, -1 do s[j + #c] = s[j] end
       for j = 1, #c do s[j] = c[j] end
       na, nl = #c, nl - #c
@@ -250,21 +278,21 @@ local function wsave(w, last, add, ttl)
     if #s - na > TAIL then to = #s - KEEP end
     if to >= from then
       if nl == 0 then
-        redis.call('DEL', w.l) -- a list left by a counter of before (evicted string)
-        w.le = 0
+        redis.call('DEL', l) -- a list left by a string gone before it
+        w[18] = 0
       end
       local moved = {}
       for j = from, to do moved[#moved + 1] = s[j] end
-      redis.call('RPUSH', w.l, unpack(moved))
+      redis.call('RPUSH', l, unpack(moved))
       nl = nl + #moved
       -- It lives as long as its newest slot is in the window: set to one
       -- window past the string's expiry (ttl: this is an admission), so
       -- that once a window is enough. (A list left behind by a string
       -- gone before it is deleted above when a list starts again.)
-      if w.le < unpack_s('<d', moved[#moved]) + w.window then
-        local ms = tonumber(ttl) + math.ceil(w.window / 1000)
-        redis.call('PEXPIRE', w.l, int(ms))
-        w.le = now + ms * 1000
+      if w[18] < unpack_s('<d', moved[#moved]) + w[2] then
+        local ms = tonumber(ttl) + math.ceil(w[2] / 1000)
+        redis.call('PEXPIRE', l, int(ms))
+        w[18] = now + ms * 1000
       end
       local t = {}
       for j = 1, from - 1 do t[#t + 1] = s[j] end
@@ -272,47 +300,66 @@ local function wsave(w, last, add, ttl)
       s = t
     end
     if nl == 0 then
-      na, w.le = #s, 0
+      na, w[18] = #s, 0
     end
     body = table.concat(s)
   end
-  local value = pack(HEAD, w.sum, w.made, w.gone, na, nl, w.le) .. body
+  local value = pack(HEAD, w[13], w[14], w[15], na, nl, w[18]) .. body
   if ttl then
-    redis.call('SET', w.w, value, 'PX', ttl)
+    redis.call('SET', w[1], value, 'PX', ttl)
   else
-    redis.call('SET', w.w, value, 'KEEPTTL')
+    redis.call('SET', w[1], value, 'KEEPTTL')
   end
 end
 -- window end
 
+-- A hit's other fields: a window's answer, [25] retry, [26] reset and
+-- [27] next after (µs), and [28] whether it was written; a bucket's [10]
+-- burst, its state as read, [11] tokens and [12] time (false: none), and
+-- [13] its level; a calendar counter's [10] period start, [11] key expiry
+-- (s), [12] count read, [13] when its counter was made and [14] whether
+-- it counts a later period.
+
+-- The string of a TTL in ms, once per distinct value.
+local ttls = {}
+local function ttlOf(ms)
+  local s = ttls[ms]
+  if not s then
+    s = int(ms)
+    ttls[ms] = s
+  end
+  return s
+end
+
 local function evalWindow(hit, v)
   wopen(hit, v)
-  local edge = now - hit.window
+  local span, cost, limit = hit[2], hit[6], hit[5]
+  local edge = now - span
   wexpire(hit, edge)
-  if hit.drop > 0 then hit.gone = max(hit.gone, edge) end
-  local sum = hit.sum
+  if hit[19] > 0 then hit[15] = max(hit[15], edge) end
+  local sum = hit[13]
   -- A settled charge may have taken the sum past the limit; a cost of 0
   -- still reads the state.
-  hit.allowed = hit.cost == 0 or sum + hit.cost <= hit.limit
-  if hit.allowed then return end
-  hit.retry = hit.window
-  if hit.cost > hit.limit or hit.size == 0 then return end
+  hit[8] = cost == 0 or sum + cost <= limit
+  if hit[8] then return end
+  hit[25] = span
+  if cost > limit or hit[20] == 0 then return end
   -- The wait until enough of the oldest slots leave for cost to fit.
   -- Every live slot holds at least one unit, so the slot that frees
   -- enough is among the first `need`: one, for a request of cost 1, and
   -- that one is read already.
-  local need = sum + hit.cost - hit.limit
+  local need = sum + cost - limit
   if need <= 1 then
-    hit.retry = max(hit.oldest + hit.window - now, 1)
+    hit[25] = max(hit[21] + span - now, 1)
     return
   end
-  local freed, p, total = 0, hit.drop + 1, hit.m + hit.ln
+  local freed, p, total = 0, hit[19] + 1, hit[12] + hit[17]
   while p <= total do
     local at, c = qslot(hit, p)
     if not at then return end -- the list is gone: answered by the window
     freed = freed + c
     if freed >= need then
-      hit.retry = max(at + hit.window - now, 1)
+      hit[25] = max(at + span - now, 1)
       return
     end
     p = p + 1
@@ -321,137 +368,137 @@ end
 
 -- Count (mode 0) or preview (mode 1) the admission of a window hit.
 local function takeWindow(hit)
-  local at, merge = wplace(hit, hit.limit, hit.window)
-  hit.sum = hit.sum + hit.cost
-  hit.reset = at + hit.window - now
+  local span, cost = hit[2], hit[6]
+  local at, merge, c = wplace(hit, hit[5])
+  hit[13] = hit[13] + cost
+  hit[26] = at + span - now
   -- The oldest live slot once counted: the oldest now, unless this
   -- admission joins the only one, which moves to `at`.
-  local oldest = hit.oldest or at
-  if merge and hit.size == 1 then oldest = at end
-  hit.nxt = max(oldest + hit.window - now, 0)
+  local oldest = hit[21] or at
+  if merge and hit[20] == 1 then oldest = at end
+  hit[27] = max(oldest + span - now, 0)
   if mode ~= 0 then return end
   -- The string expires one window after this admission: its slot leaves
   -- the window then, the last of them (a slot leaves with its latest
   -- admission), so nothing is left to keep.
-  local ttl = int(math.ceil((at - now + hit.window) / 1000))
-  if hit.made == 0 then hit.made = at end
-  hit.rec = at
+  local ttl = ttlOf(math.ceil((at - now + span) / 1000))
+  if hit[14] == 0 then hit[14] = at end
+  hit[9] = at
   if merge then
-    local _, c = mslot(hit.v, hit.m)
-    wsave(hit, pack(SLOT, at, c + hit.cost), nil, ttl)
+    wsave(hit, pack(SLOT, at, c + cost), nil, ttl)
   else
-    wsave(hit, nil, pack(SLOT, at, hit.cost), ttl)
+    wsave(hit, nil, pack(SLOT, at, cost), ttl)
   end
-  hit.saved = true
+  hit[28] = true
 end
 
 -- Reset and next after of a window hit not counted.
 local function reportWindow(hit)
-  if hit.size > 0 then
-    hit.reset = max(unpack_s('<d', hit.v, 16 * hit.m + 33) + hit.window - now, 0)
-    hit.nxt = max(hit.oldest + hit.window - now, 0)
+  if hit[20] > 0 then
+    hit[26] = max(unpack_s('<d', hit[11], 16 * hit[12] + 33) + hit[2] - now, 0)
+    hit[27] = max(hit[21] + hit[2] - now, 0)
   end
 end
 
--- The level of bucket hit `elapsed` µs (>= 0) after it held hit.tokens
--- (below 0: a debt): limits/bucket.go's fill, the same operations in the
--- same order (settle.lua has a copy).
-local function fill(hit, elapsed)
-  local add = elapsed * hit.limit / hit.window
-  local room = hit.burst
-  if hit.tokens < 0 then room = hit.burst - hit.tokens end
-  if add > room then return hit.burst end -- days of idle fill it
-  local t = hit.tokens + add
-  if t > hit.burst then t = hit.burst end
+-- The level of a bucket `elapsed` µs (>= 0) after it held tokens (below
+-- 0: a debt): limits/bucket.go's fill, the same operations in the same
+-- order (settle.lua has a copy).
+local function fill(tokens, elapsed, limit, window, burst)
+  local add = elapsed * limit / window
+  local room = burst
+  if tokens < 0 then room = burst - tokens end
+  if add > room then return burst end -- days of idle fill it
+  local t = tokens + add
+  if t > burst then t = burst end
   return t
 end
 
 local function evalBucket(hit, s)
+  local tokens, last
   if s then
-    local tokens, last = string.match(s, '^(%S+) (%S+)$')
-    hit.tokens, hit.last = tonumber(tokens), tonumber(last)
+    local t, l = string.match(s, '^(%S+) (%S+)$')
+    tokens, last = tonumber(t), tonumber(l)
   end
-  if not hit.tokens or not hit.last then
-    s = ''
-    hit.tokens, hit.last = hit.burst, now -- a fresh bucket is full
+  local burst = hit[10]
+  if tokens and last then
+    hit[11], hit[12] = tokens, last
+  else
+    tokens, last = burst, now -- a fresh bucket is full
   end
-  hit.state = s
-  if hit.tokens > hit.burst then hit.tokens = hit.burst end
-  local e = now - hit.last
+  if tokens > burst then tokens = burst end
+  local e = now - last
   if e < 0 then e = 0 end
-  hit.level = fill(hit, e)
-  hit.allowed = hit.cost == 0 or (hit.limit > 0 and hit.level >= hit.cost)
+  local level = fill(tokens, e, hit[5], hit[2], burst)
+  hit[13] = level
+  hit[8] = hit[6] == 0 or (hit[5] > 0 and level >= hit[6])
 end
 
 -- Take the cost of an admitted bucket hit (mode 0).
 local function takeBucket(hit)
-  local tokens, last = hit.level - hit.cost, hit.last
+  local tokens, last = hit[13] - hit[6], hit[12] or now
   if now > last then last = now end -- never moves backwards
   -- Kept until full again (no need to be exact: the margin covers it).
-  local full = min((hit.burst - tokens) * hit.window / hit.limit, 1e15)
+  local full = min((hit[10] - tokens) * hit[2] / hit[5], 1e15)
   -- %.17g writes an integer's digits as %d does, far slower.
   local f = '%.17g %d'
   if tokens == floor(tokens) and tokens > -1e15 and tokens < 1e15 then f = '%d %d' end
-  redis.call('SET', hit.b, fmt(f, tokens, last), 'PX', int(math.ceil(full / 1000) + 1000))
-  hit.rec = 1
+  redis.call('SET', hit[1], fmt(f, tokens, last), 'PX', int(math.ceil(full / 1000) + 1000))
+  hit[9] = 1
 end
 
 -- A calendar counter: the cost counted since its period began.
 local function evalCalendar(hit, s)
-  hit.sum = 0
   if s then
     local start, count, made = string.match(s, '^(%S+) (%S+) (%S+)$')
     start, count = tonumber(start), tonumber(count)
-    if start and count and start >= hit.start then
-      hit.sum, hit.made = count, tonumber(made)
-      if start > hit.start then hit.start, hit.later = start, true end
+    if start and count and start >= hit[10] then
+      hit[12], hit[13] = count, tonumber(made) or 0
+      if start > hit[10] then hit[10], hit[14] = start, true end
     end
   end
-  hit.allowed = hit.cost == 0 or hit.sum + hit.cost <= hit.limit
+  hit[8] = hit[6] == 0 or hit[12] + hit[6] <= hit[5]
 end
 
 -- Count the cost of an admitted calendar hit (mode 0); the key lives until
 -- its period's end and a margin (a later period's keeps its own).
 local function takeCalendar(hit)
-  if not hit.made then hit.made = now end
-  local v = fmt('%d %d %d', hit.start, hit.sum + hit.cost, hit.made)
-  if hit.later then
-    redis.call('SET', hit.c, v, 'KEEPTTL')
+  if hit[13] == 0 then hit[13] = now end
+  local v = fmt('%d %d %d', hit[10], hit[12] + hit[6], hit[13])
+  if hit[14] then
+    redis.call('SET', hit[1], v, 'KEEPTTL')
   else
-    redis.call('SET', hit.c, v, 'EX', hit.expire)
+    redis.call('SET', hit[1], v, 'EX', hit[11])
   end
-  hit.rec = hit.start
+  hit[9] = hit[10]
 end
+
+-- A hit's answer: verdict, what was recorded, then four numbers (below).
+local REPLY = '<dddddd'
 
 local ok = true
 local hits, first = {}, {}
 local k, a = 1, 7
 for i = 1, n do
-  -- Each table is made with every field it will hold: it never grows.
   local alg, hit = ARGV[a]
   if alg == 'w' or alg == 'W' then
-    hit = {alg = 'w', shadow = alg == 'W', limit = tonumber(ARGV[a + 1]), window = tonumber(ARGV[a + 2]),
-           cost = tonumber(ARGV[a + 3]), w = KEYS[k], l = KEYS[k + 1], p = false,
-           allowed = false, retry = 0, reset = 0, nxt = 0, rec = 0, saved = false, dirty = false,
-           v = '', m = 0, sum = 0, made = 0, gone = 0, a = 0, ln = 0, le = 0, drop = 0, size = 0,
-           oldest = false, chunk = false, c0 = 0}
-    first[i] = KEYS[k]
+    -- [1] to [9], then [10] to [28] (see above)
+    hit = {KEYS[k], tonumber(ARGV[a + 2]), 'w', alg == 'W', tonumber(ARGV[a + 1]), tonumber(ARGV[a + 3]), false, false, 0,
+           KEYS[k + 1], '', 0, 0, 0, 0, 0, 0, 0, 0, 0, false, false, 0, false, 0, 0, 0, false}
     a, k = a + 4, k + 2
   elseif alg == 'b' or alg == 'B' then
-    hit = {alg = 'b', shadow = alg == 'B', limit = tonumber(ARGV[a + 1]), window = tonumber(ARGV[a + 2]),
-           cost = tonumber(ARGV[a + 3]), burst = tonumber(ARGV[a + 4]), b = KEYS[k], p = false,
-           allowed = false, retry = 0, reset = 0, nxt = 0, rec = 0, tokens = false, last = false, state = '', level = 0}
-    first[i] = KEYS[k]
+    -- [1] to [9], then [10] to [13]
+    hit = {KEYS[k], tonumber(ARGV[a + 2]), 'b', alg == 'B', tonumber(ARGV[a + 1]), tonumber(ARGV[a + 3]), false, false, 0,
+           tonumber(ARGV[a + 4]), false, false, 0}
     a, k = a + 5, k + 1
   else
-    hit = {alg = 'c', shadow = alg == 'C', limit = tonumber(ARGV[a + 1]), start = tonumber(ARGV[a + 2]),
-           cost = tonumber(ARGV[a + 3]), expire = ARGV[a + 4], c = KEYS[k], p = false,
-           allowed = false, retry = 0, reset = 0, nxt = 0, rec = 0, sum = 0, made = false, later = false}
-    first[i] = KEYS[k]
+    -- [1] to [9] ([2] unused), then [10] to [14]
+    hit = {KEYS[k], 0, 'c', alg == 'C', tonumber(ARGV[a + 1]), tonumber(ARGV[a + 3]), false, false, 0,
+           tonumber(ARGV[a + 2]), ARGV[a + 4], 0, 0, false}
     a, k = a + 5, k + 1
   end
+  first[i] = hit[1]
   if marks > 0 then
-    hit.p = KEYS[k]
+    hit[7] = KEYS[k]
     k = k + 1
   end
   hits[i] = hit
@@ -459,53 +506,44 @@ end
 local values = redis.call('MGET', unpack(first))
 for i = 1, n do
   local hit = hits[i]
-  if hit.alg == 'w' then
+  local alg = hit[3]
+  if alg == 'w' then
     evalWindow(hit, values[i])
-  elseif hit.alg == 'b' then
+  elseif alg == 'b' then
     evalBucket(hit, values[i])
   else
     evalCalendar(hit, values[i])
   end
-  if not hit.allowed and not hit.shadow then ok = false end
+  if not hit[8] and not hit[4] then ok = false end
 end
 
-local out = {ok and 1 or 0, now}
+local out = {pack('<dd', ok and 1 or 0, now)}
 for i = 1, n do
   local hit = hits[i]
-  local take = ok and mode ~= 2 and hit.allowed and hit.cost > 0
-  if hit.alg == 'w' then
+  local alg = hit[3]
+  local take = ok and mode ~= 2 and hit[8] and hit[6] > 0
+  if alg == 'w' then
     if take then takeWindow(hit) else reportWindow(hit) end
-    -- Slots that left the window are dropped (and a gone list forgotten)
+    -- Slots that left the window are dropped (and a lost list forgotten)
     -- by a decision whatever its verdict, as limits/window.go does.
-    if mode == 0 and not hit.saved and (hit.drop > 0 or hit.dirty) then wsave(hit) end
+    if mode == 0 and not hit[28] and (hit[19] > 0 or hit[24]) then wsave(hit) end
   elseif take and mode == 0 then
-    if hit.alg == 'b' then takeBucket(hit) else takeCalendar(hit) end
+    if alg == 'b' then takeBucket(hit) else takeCalendar(hit) end
   end
-  if marks == 2 and hit.rec ~= 0 then
-    redis.call('SET', hit.p, '1', 'PX', ARGV[6])
+  if marks == 2 and hit[9] ~= 0 then
+    redis.call('SET', hit[7], '1', 'PX', ARGV[6])
   end
   local verdict = 1
-  if not hit.allowed then
+  if not hit[8] then
     verdict = 0
-    if marks > 0 and not hit.shadow and redis.call('EXISTS', hit.p) == 1 then verdict = -1 end
+    if marks > 0 and not hit[4] and redis.call('EXISTS', hit[7]) == 1 then verdict = -1 end
   end
-  out[#out + 1] = verdict
-  out[#out + 1] = hit.rec
-  if hit.alg == 'c' then
-    out[#out + 1] = hit.sum
-    out[#out + 1] = hit.made or 0
-    out[#out + 1] = 0
-    out[#out + 1] = 0
-  elseif hit.alg == 'b' then
-    out[#out + 1] = hit.state
-    out[#out + 1] = 0
-    out[#out + 1] = 0
-    out[#out + 1] = 0
+  if alg == 'w' then
+    out[i + 1] = pack(REPLY, verdict, hit[9], max(hit[5] - hit[13], 0), hit[25], hit[26], hit[27])
+  elseif alg == 'b' then
+    out[i + 1] = pack(REPLY, verdict, hit[9], hit[11] or 0 / 0, hit[12] or 0, 0, 0)
   else
-    out[#out + 1] = max(hit.limit - hit.sum, 0)
-    out[#out + 1] = hit.retry
-    out[#out + 1] = hit.reset
-    out[#out + 1] = hit.nxt
+    out[i + 1] = pack(REPLY, verdict, hit[9], hit[12], hit[13], 0, 0)
   end
 end
-return out
+return table.concat(out)

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 	"unsafe"
@@ -399,14 +399,15 @@ func (s *Redis) run(ctx context.Context, sh *redisShard, hits []Hit, now time.Ti
 	if err != nil {
 		return false, fmt.Errorf("redis decision: %w", err)
 	}
-	res, ok := reply.([]any)
+	res, ok := reply.(string)
 	if !ok {
 		return false, fmt.Errorf("redis decision: unexpected reply %T", reply)
 	}
-	if err := decodeReply(res, hits, now, mode, out, recs); err != nil {
+	allowed, err := decodeReply(res, hits, now, mode, out, recs)
+	if err != nil {
 		return false, fmt.Errorf("redis decision: %w", err)
 	}
-	return res[0] == int64(1), nil
+	return allowed, nil
 }
 
 // clock is the script's now argument: 0 for Redis's TIME, else now in µs
@@ -449,23 +450,32 @@ func (s *Redis) exec(ctx context.Context, sh *redisShard, script *redis.Script, 
 	return res, nil
 }
 
+// replyValue is the i-th number of redis.lua's reply (a double, little
+// endian).
+func replyValue(res string, i int) float64 {
+	b := res[8*i : 8*i+8]
+	return math.Float64frombits(uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56)
+}
+
 // decodeReply fills out (and recs) from redis.lua's reply for hits
-// decided in mode. A token bucket's numbers are computed here from the
-// state the script read, with the arithmetic Memory uses.
-func decodeReply(res []any, hits []Hit, at time.Time, mode scriptMode, out []Decision, recs []int64) error {
+// decided in mode, and returns the batch's verdict. A token bucket's
+// numbers are computed here from the state the script read, with the
+// arithmetic Memory uses.
+func decodeReply(res string, hits []Hit, at time.Time, mode scriptMode, out []Decision, recs []int64) (bool, error) {
 	const per = 6
-	if len(res) != 2+per*len(hits) {
-		return fmt.Errorf("%d values returned for %d hits", len(res), len(hits))
+	if len(res) != 8*(2+per*len(hits)) {
+		return false, fmt.Errorf("%d bytes returned for %d hits", len(res), len(hits))
 	}
-	batch, _ := res[0].(int64)
-	now, _ := res[1].(int64)
+	batch := replyValue(res, 0) == 1
+	now := int64(replyValue(res, 1))
 	for i := range hits {
-		r := res[2+per*i:]
+		v := func(j int) float64 { return replyValue(res, 2+per*i+j) }
 		h := &hits[i]
 		limit, burst := h.Limits()
-		allowed, _ := r[0].(int64)
-		pending := allowed < 0 // refused by a counter holding charges that may be rolled back
-		rec, _ := r[1].(int64)
+		verdict := v(0)
+		pending := verdict < 0 // refused by a counter holding charges that may be rolled back
+		rec := int64(v(1))
 		if recs != nil {
 			recs[i] = rec
 		}
@@ -473,79 +483,70 @@ func decodeReply(res []any, hits []Hit, at time.Time, mode scriptMode, out []Dec
 		if rec != 0 {
 			ticket = Ticket{rec: rec, set: true}
 		}
-		if h.Rule.Algorithm == Calendar {
+		switch h.Rule.Algorithm {
+		case Calendar:
 			// The count the script read in the period it counted in (a
 			// later one than at's, for a clock behind another
 			// instance's), and that period's start.
-			count, _ := r[2].(int64)
+			count := int64(v(2))
 			p := periodOf(h.Rule, at)
 			d := calendarDecide(&p, count, h.Cost, limit)
-			d.Allowed = allowed == 1
+			d.Allowed = verdict == 1
 			if !d.Allowed && d.RetryAfter == 0 {
 				d.RetryAfter = p.left
 			}
-			if batch == 1 && mode != modeRefused && d.Allowed && h.Cost > 0 {
+			if batch && mode != modeRefused && d.Allowed && h.Cost > 0 {
 				calendarTake(&p, count, h.Cost, limit, &d)
 			}
 			if rec != 0 {
-				ticket.at, _ = r[3].(int64) // when the counter was made
+				ticket.at = int64(v(3)) // when the counter was made
 			}
 			d.Ticket = ticket
 			d.pending = pending
 			out[i] = d
-			continue
-		}
-		if h.Rule.Algorithm == TokenBucket {
-			state, _ := r[2].(string)
+		case TokenBucket:
 			p := newBucketParams(h.Rule.Window, limit, burst)
-			tokens, last := bucketState(&p, state, now)
+			tokens, last := bucketState(&p, v(2), v(3), now)
 			d, level := p.decide(tokens, last, now, h.Cost)
-			if d.Allowed != (allowed == 1) {
+			if d.Allowed != (verdict == 1) {
 				// Cannot happen (the same IEEE operations on both sides);
 				// the script's verdict is what was recorded.
-				d.Allowed = allowed == 1
+				d.Allowed = verdict == 1
 				d.RetryAfter = 0
 				if !d.Allowed {
 					d.RetryAfter = time.Microsecond
 				}
 			}
-			if batch == 1 && mode != modeRefused && d.Allowed && h.Cost > 0 {
+			if batch && mode != modeRefused && d.Allowed && h.Cost > 0 {
 				p.take(level, last, now, h.Cost, &d)
 			}
 			d.Ticket = ticket
 			d.pending = pending
 			out[i] = d
-			continue
-		}
-		var v [4]int64
-		for j := range v {
-			v[j], _ = r[2+j].(int64)
-		}
-		if rec != 0 {
-			ticket.at = rec // the time the admission was counted at
-		}
-		out[i] = Decision{
-			Allowed:    allowed == 1,
-			Limit:      limit,
-			Remaining:  v[0],
-			RetryAfter: micros(v[1]),
-			ResetAfter: micros(v[2]),
-			NextAfter:  micros(v[3]),
-			Ticket:     ticket,
-			pending:    pending,
+		default:
+			if rec != 0 {
+				ticket.at = rec // the time the admission was counted at
+			}
+			out[i] = Decision{
+				Allowed:    verdict == 1,
+				Limit:      limit,
+				Remaining:  int64(v(2)),
+				RetryAfter: micros(int64(v(3))),
+				ResetAfter: micros(int64(v(4))),
+				NextAfter:  micros(int64(v(5))),
+				Ticket:     ticket,
+				pending:    pending,
+			}
 		}
 	}
-	return nil
+	return batch, nil
 }
 
-// bucketState parses a bucket's stored state, "tokens last" as redis.lua
-// writes it, clamped to p's burst; "" (or anything unreadable, as the
-// script also reads it) is a fresh bucket, full at now.
-func bucketState(p *bucketParams, state string, now int64) (float64, int64) {
-	t, l, ok := strings.Cut(state, " ")
-	tokens, err1 := strconv.ParseFloat(t, 64)
-	last, err2 := strconv.ParseFloat(l, 64)
-	if !ok || err1 != nil || err2 != nil {
+// bucketState is a bucket's state as redis.lua read it (tokens, NaN for
+// a fresh bucket, at last, µs), clamped to p's burst; a fresh bucket is
+// full at now.
+func bucketState(p *bucketParams, tokens, last float64, now int64) (float64, int64) {
+	if math.IsNaN(tokens) {
 		return p.burst, now
 	}
 	return min(tokens, p.burst), int64(last)

@@ -43,10 +43,20 @@ local maxslots = tonumber(ARGV[3])
 local max, min, floor = math.max, math.min, math.floor
 local sub, pack, unpack_s = string.sub, struct.pack, struct.unpack
 
+-- A window is an array as redis.lua's hits: [1] its string's key, [2]
+-- its length (µs), and those below.
+
 -- ---- A sliding window's keys (the same as redis.lua's, checked by a test).
 -- window begin
 local HEAD, HLEN, SLOT = '<dddddd', 48, '<dd'
 local FRONT, TAIL, KEEP = 8, 8, 4
+-- A window's fields ([1] its string's key, [2] its length, µs): [10]
+-- its list's key, [11] its string as read, [12] the slots in it, the
+-- header's [13] sum, [14] made, [15] gone, [16] front and [17] listed,
+-- [18] listUntil; once expired: [19] how many slots left the window,
+-- [20] how many are live, [21] the oldest live slot's time (false: none);
+-- the list as read: [22] a chunk (false: none) and [23] where it starts;
+-- [24] whether a lost list was forgotten (to be written back).
 
 -- The j-th slot of the string (1-based): at, n.
 local function mslot(v, j) return unpack_s(SLOT, v, 16 * j + 33) end
@@ -54,51 +64,61 @@ local function mslot(v, j) return unpack_s(SLOT, v, 16 * j + 33) end
 -- Reads a window's string v (false: none) into w.
 local function wopen(w, v)
   if v and #v >= HLEN and (#v - HLEN) % 16 == 0 then
-    w.sum, w.made, w.gone, w.a, w.ln, w.le = unpack_s(HEAD, v)
-    w.v, w.m = v, (#v - HLEN) / 16
+    local m = (#v - HLEN) / 16
+    local sum, made, gone, a, ln, le = unpack_s(HEAD, v)
+    if ln == 0 then a = m end
     -- (Anything else is not this layout: as a fresh window.)
-    if w.ln == 0 then w.a = w.m end
-    if w.a >= 0 and w.a <= w.m and w.ln >= 0 and (w.ln == 0 or w.a < w.m) then return end
+    if a >= 0 and a <= m and ln >= 0 and (ln == 0 or a < m) then
+      w[11], w[12], w[13], w[14], w[15], w[16], w[17], w[18] = v, m, sum, made, gone, a, ln, le
+      return
+    end
   end
-  w.sum, w.made, w.gone, w.a, w.ln, w.le = 0, 0, 0, 0, 0, 0
-  w.v, w.m = '', 0
+  w[11], w[12], w[13], w[14], w[15], w[16], w[17], w[18] = '', 0, 0, 0, 0, 0, 0, 0
 end
 
 -- The list is gone (evicted, or deleted by hand): the window is what
 -- the string holds, and no admission counted before its tail is given
 -- back (gone: its slot may have been in the list).
 local function wrepair(w)
-  local v, sum = w.v, 0
-  for j = 1, w.m do
+  local v, sum = w[11], 0
+  for j = 1, w[12] do
     local _, c = mslot(v, j)
     sum = sum + c
   end
-  if w.a < w.m then w.gone = max(w.gone, mslot(v, w.a + 1) - 1) end
-  w.a, w.ln, w.le, w.sum, w.chunk, w.dirty = w.m, 0, 0, sum, nil, true
+  if w[16] < w[12] then w[15] = max(w[15], mslot(v, w[16] + 1) - 1) end
+  w[16], w[17], w[18], w[13], w[22], w[24] = w[12], 0, 0, sum, false, true
 end
 
 -- The p-th slot of the window, oldest first (1-based): at, n; nil when
 -- the list is gone. The list is read FRONT elements at a time.
 local function qslot(w, p)
-  if p <= w.a then return unpack_s(SLOT, w.v, 16 * p + 33) end
-  local q = p - w.a
-  if q > w.ln then return unpack_s(SLOT, w.v, 16 * (p - w.ln) + 33) end
-  local c = w.chunk
-  if not c or q <= w.c0 or q > w.c0 + #c then
-    c = redis.call('LRANGE', w.l, int(q - 1), int(q + FRONT - 2))
-    w.chunk, w.c0 = c, q - 1
+  local a = w[16]
+  if p <= a then return unpack_s(SLOT, w[11], 16 * p + 33) end
+  local q, ln = p - a, w[17]
+  if q > ln then return unpack_s(SLOT, w[11], 16 * (p - ln) + 33) end
+  local c = w[22]
+  if not c or q <= w[23] or q > w[23] + #c then
+    c = redis.call('LRANGE', w[10], int(q - 1), int(q + FRONT - 2))
+    w[22], w[23] = c, q - 1
   end
-  local s = c[q - w.c0]
+  local s = c[q - w[23]]
   if not s or #s ~= 16 then return nil end
   return unpack_s(SLOT, s)
 end
 
--- Drops (from the sums) the slots that have left the window (now -
--- window, now]: w.drop of them, oldest first; w.size live slots are left,
--- the oldest at w.oldest.
+-- Drops (from the sum) the slots that have left the window (now -
+-- window, now]: [19] of them, oldest first; [20] live slots are left,
+-- the oldest at [21] (false: none).
 local function wexpire(w, edge)
-  local total, p, sum = w.m + w.ln, 1, w.sum
-  local at, c
+  local total, sum = w[12] + w[17], w[13]
+  if total > 0 and w[16] > 0 then
+    local at = unpack_s('<d', w[11], 49)
+    if at > edge then -- nothing left: the common case, one read
+      w[19], w[20], w[21] = 0, total, at
+      return
+    end
+  end
+  local p, at, c = 1
   while p <= total do
     at, c = qslot(w, p)
     if not at then
@@ -110,32 +130,33 @@ local function wexpire(w, edge)
     p = p + 1
   end
   if sum < 0 then sum = 0 end
-  w.sum, w.drop, w.size = sum, p - 1, total - p + 1
-  if p <= total then w.oldest = at else w.oldest = nil end
+  w[13], w[19], w[20] = sum, p - 1, total - p + 1
+  if p <= total then w[21] = at else w[21] = false end
 end
 
 -- Where an admission at now is counted (limits/window.go's place): the
--- time it is counted at and whether it joins the newest slot.
-local function wplace(w, limit, window)
-  if w.size == 0 then return now, false end
-  local newest = unpack_s('<d', w.v, 16 * w.m + 33)
+-- time it is counted at, whether it joins the newest slot, and that
+-- slot's count.
+local function wplace(w, limit)
+  if w[20] == 0 then return now, false, 0 end
+  local newest, c = unpack_s(SLOT, w[11], 16 * w[12] + 33)
   local at, tie = now, now <= newest
   if newest > at then at = newest end -- a clock gone backwards keeps the order
-  if tie then return at, true end
+  if tie then return at, true, c end
   if limit > maxslots then
-    if w.size >= maxslots + 1 then return at, true end
-    local g = max(floor(window / maxslots), 1)
-    return at, floor(newest / g) == floor(at / g)
+    if w[20] >= maxslots + 1 then return at, true, c end
+    local g = max(floor(w[2] / maxslots), 1)
+    return at, floor(newest / g) == floor(at / g), c
   end
-  return at, w.size >= max(min(limit, maxslots), 1)
+  return at, w[20] >= max(min(limit, maxslots), 1), c
 end
 
--- Writes the window back: its first w.drop slots dropped, its newest slot
+-- Writes the window back: its first [19] slots dropped, its newest slot
 -- replaced by last and add appended (packed slots, or nil); ttl: the
 -- string's expiry, ms (nil keeps it). The list is touched only when the
--- front runs out or a slot moves past the tail.
+-- front runs out or a tail past TAIL slots moves to it.
 local function wsave(w, last, add, ttl)
-  local v, m, a, ln, drop = w.v, w.m, w.a, w.ln, w.drop
+  local v, m, a, ln, drop = w[11], w[12], w[16], w[17], w[19]
   local dF = min(drop, a)
   local dL = min(drop - dF, ln)
   local dT = drop - dF - dL
@@ -166,13 +187,14 @@ local function wsave(w, last, add, ttl)
     if last then s[#s] = last end
     if add then s[#s + 1] = add end
     nl = ln - dL
+    local l = w[10]
     if dL > 0 then
-      if nl == 0 then redis.call('DEL', w.l) else redis.call('LTRIM', w.l, int(dL), '-1') end
+      if nl == 0 then redis.call('DEL', l) else redis.call('LTRIM', l, int(dL), '-1') end
     end
     if nl > 0 and na == 0 then
       -- The front ran out: the list's oldest become the front.
-      local c = redis.call('LRANGE', w.l, '0', int(FRONT - 1))
-      if #c == nl then redis.call('DEL', w.l) else redis.call('LTRIM', w.l, int(#c), '-1') end
+      local c = redis.call('LRANGE', l, '0', int(FRONT - 1))
+      if #c == nl then redis.call('DEL', l) else redis.call('LTRIM', l, int(#c), '-1') end
       for j = #s, 1, -1 do s[j + #c] = s[j] end
       for j = 1, #c do s[j] = c[j] end
       na, nl = #c, nl - #c
@@ -187,21 +209,21 @@ local function wsave(w, last, add, ttl)
     if #s - na > TAIL then to = #s - KEEP end
     if to >= from then
       if nl == 0 then
-        redis.call('DEL', w.l) -- a list left by a counter of before (evicted string)
-        w.le = 0
+        redis.call('DEL', l) -- a list left by a string gone before it
+        w[18] = 0
       end
       local moved = {}
       for j = from, to do moved[#moved + 1] = s[j] end
-      redis.call('RPUSH', w.l, unpack(moved))
+      redis.call('RPUSH', l, unpack(moved))
       nl = nl + #moved
       -- It lives as long as its newest slot is in the window: set to one
       -- window past the string's expiry (ttl: this is an admission), so
       -- that once a window is enough. (A list left behind by a string
       -- gone before it is deleted above when a list starts again.)
-      if w.le < unpack_s('<d', moved[#moved]) + w.window then
-        local ms = tonumber(ttl) + math.ceil(w.window / 1000)
-        redis.call('PEXPIRE', w.l, int(ms))
-        w.le = now + ms * 1000
+      if w[18] < unpack_s('<d', moved[#moved]) + w[2] then
+        local ms = tonumber(ttl) + math.ceil(w[2] / 1000)
+        redis.call('PEXPIRE', l, int(ms))
+        w[18] = now + ms * 1000
       end
       local t = {}
       for j = 1, from - 1 do t[#t + 1] = s[j] end
@@ -209,15 +231,15 @@ local function wsave(w, last, add, ttl)
       s = t
     end
     if nl == 0 then
-      na, w.le = #s, 0
+      na, w[18] = #s, 0
     end
     body = table.concat(s)
   end
-  local value = pack(HEAD, w.sum, w.made, w.gone, na, nl, w.le) .. body
+  local value = pack(HEAD, w[13], w[14], w[15], na, nl, w[18]) .. body
   if ttl then
-    redis.call('SET', w.w, value, 'PX', ttl)
+    redis.call('SET', w[1], value, 'PX', ttl)
   else
-    redis.call('SET', w.w, value, 'KEEPTTL')
+    redis.call('SET', w[1], value, 'KEEPTTL')
   end
 end
 -- window end
@@ -225,17 +247,17 @@ end
 -- Give back units of the admission counted at rec (µs) in window w, at
 -- is rec, or 0 for a rollback (not checked: just after the decision).
 local function wrefund(w, rec, at, units)
-  if w.m == 0 then return 0 end
+  if w[12] == 0 then return 0 end
   if at > 0 then
-    if w.made > at then return 0 end -- another counter
+    if w[14] > at then return 0 end -- another counter
     -- Slots counted then were dropped (at a clock read later than now):
     -- as limits/window.go, which cannot tell its slots apart, does not
     -- give back.
-    if w.gone >= at then return 0 end
+    if w[15] >= at then return 0 end
   end
   -- The first slot counted at or after rec, looked for from the newest:
   -- j in the string, or q in the list.
-  local v, m, a, ln = w.v, w.m, w.a, w.ln
+  local v, m, a, ln = w[11], w[12], w[16], w[17]
   local j, q, lv
   local lo = a + 1
   if ln == 0 then lo = 1 end
@@ -248,12 +270,12 @@ local function wrefund(w, rec, at, units)
     local upto, done = ln, false
     while upto > 0 and not done do
       local from = max(upto - FRONT + 1, 1)
-      local c = redis.call('LRANGE', w.l, int(from - 1), int(upto - 1))
+      local c = redis.call('LRANGE', w[10], int(from - 1), int(upto - 1))
       if #c ~= upto - from + 1 then
         -- The list is gone: what is left, written back, decides.
         wrepair(w)
         if wrefund(w, rec, at, units) == 1 then return 1 end
-        redis.call('SET', w.w, pack(HEAD, w.sum, w.made, w.gone, w.a, w.ln, w.le) .. sub(w.v, HLEN + 1), 'KEEPTTL')
+        redis.call('SET', w[1], pack(HEAD, w[13], w[14], w[15], w[16], w[17], w[18]) .. sub(w[11], HLEN + 1), 'KEEPTTL')
         return 0
       end
       for i = #c, 1, -1 do
@@ -281,12 +303,13 @@ local function wrefund(w, rec, at, units)
     return 0
   end
   if units > held then units = held end
+  local le = w[18]
   if q then
     if units == held then
-      redis.call('LREM', w.l, '1', lv)
+      redis.call('LREM', w[10], '1', lv)
       ln = ln - 1
     else
-      redis.call('LSET', w.l, int(q - 1), pack(SLOT, t, held - units))
+      redis.call('LSET', w[10], int(q - 1), pack(SLOT, t, held - units))
     end
   else
     local at0 = 16 * j + 33
@@ -296,7 +319,7 @@ local function wrefund(w, rec, at, units)
       if j <= a then a = a - 1 end
       if ln > 0 and a == m then
         -- The tail is empty: the list's newest slot is the newest.
-        local s = redis.call('RPOP', w.l)
+        local s = redis.call('RPOP', w[10])
         if s and #s == 16 then
           v, m, ln = v .. s, m + 1, ln - 1
         else
@@ -307,15 +330,14 @@ local function wrefund(w, rec, at, units)
       v = sub(v, 1, at0 - 1) .. pack(SLOT, t, held - units) .. sub(v, at0 + 16)
     end
   end
-  if ln == 0 then a, w.le = m, 0 end
-  w.sum = max(w.sum - units, 0)
-  redis.call('SET', w.w, pack(HEAD, w.sum, w.made, w.gone, a, ln, w.le) .. sub(v, HLEN + 1), 'KEEPTTL')
+  if ln == 0 then a, le = m, 0 end
+  redis.call('SET', w[1], pack(HEAD, max(w[13] - units, 0), w[14], w[15], a, ln, le) .. sub(v, HLEN + 1), 'KEEPTTL')
   return 1
 end
 
 local function refundWindow(w, rec, at, units)
-  if at > 0 and at + w.window <= now then return 0 end -- left the window
-  wopen(w, redis.call('GET', w.w))
+  if at > 0 and at + w[2] <= now then return 0 end -- left the window
+  wopen(w, redis.call('GET', w[1]))
   return wrefund(w, rec, at, units)
 end
 
@@ -324,17 +346,16 @@ end
 -- left the window, then count in the newest slot or a new one as
 -- limits/window.go's place says.
 local function chargeWindow(w, units, limit)
-  wopen(w, redis.call('GET', w.w))
-  local edge = now - w.window
+  wopen(w, redis.call('GET', w[1]))
+  local edge = now - w[2]
   wexpire(w, edge)
-  if w.drop > 0 then w.gone = max(w.gone, edge) end
-  local at, merge = wplace(w, limit, w.window)
-  w.sum = w.sum + units
-  if w.made == 0 then w.made = at end
+  if w[19] > 0 then w[15] = max(w[15], edge) end
+  local at, merge, c = wplace(w, limit)
+  w[13] = w[13] + units
+  if w[14] == 0 then w[14] = at end
   -- The string expires one window after this charge, as takeWindow's.
-  local ttl = int(math.ceil((at - now + w.window) / 1000))
+  local ttl = int(math.ceil((at - now + w[2]) / 1000))
   if merge then
-    local _, c = mslot(w.v, w.m)
     wsave(w, pack(SLOT, at, c + units), nil, ttl)
   else
     wsave(w, nil, pack(SLOT, at, units), ttl)
@@ -423,7 +444,9 @@ for i = 1, n do
       done = done + 1
     end
   else
-    local w = {w = KEYS[k], l = KEYS[k + 1], window = window}
+    -- [1], [2], ([3] to [9] unused), then [10] to [24] (see the window code)
+    local w = {KEYS[k], window, false, false, false, false, false, false, false,
+               KEYS[k + 1], '', 0, 0, 0, 0, 0, 0, 0, 0, 0, false, false, 0, false}
     k = k + 2
     if delta < 0 then
       done = done + refundWindow(w, rec, at, -delta)
