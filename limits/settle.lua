@@ -48,77 +48,89 @@ local sub, pack, unpack_s = string.sub, struct.pack, struct.unpack
 
 -- ---- A sliding window's keys (the same as redis.lua's, checked by a test).
 -- window begin
-local HEAD, HLEN, SLOT = '<dddddd', 48, '<dd'
+local HEAD, HLEN, SLOT = '<ddddddddd', 72, '<dd'
 local FRONT, TAIL, KEEP = 8, 8, 4
 -- A window's fields ([1] its string's key, [2] its length, µs): [10]
--- its list's key, [11] its string as read, [12] the slots in it, the
--- header's [13] sum, [14] made, [15] gone, [16] front and [17] listed,
--- [18] listUntil; once expired: [19] how many slots left the window,
--- [20] how many are live, [21] the oldest live slot's time (false: none);
--- the list as read: [22] a chunk (false: none) and [23] where it starts;
--- [24] whether a lost list was forgotten (to be written back).
+-- its list's key, [11] its string as read, [12] the slots in it besides
+-- the newest; the header's [13] sum, [14] made, [15] gone, [16] front,
+-- [17] listed, [18] listUntil, [19] until, [20] and [21] the newest slot
+-- (its count 0: none); once expired: [22] how many slots left the
+-- window, [23] how many are live, [24] the oldest live slot's time
+-- (false: none); the list as read: [25] a chunk (false: none) and [26]
+-- where it starts; [27] whether a lost list was forgotten (to be written).
 
--- The j-th slot of the string (1-based): at, n.
-local function mslot(v, j) return unpack_s(SLOT, v, 16 * j + 33) end
+-- The j-th slot of the string besides the newest (1-based): at, n.
+local function mslot(v, j) return unpack_s(SLOT, v, 16 * j + 57) end
 
 -- Reads a window's string v (false: none) into w.
 local function wopen(w, v)
   if v and #v >= HLEN and (#v - HLEN) % 16 == 0 then
     local m = (#v - HLEN) / 16
-    local sum, made, gone, a, ln, le = unpack_s(HEAD, v)
+    local sum, made, gone, a, ln, le, til, nat, nn = unpack_s(HEAD, v)
     if ln == 0 then a = m end
     -- (Anything else is not this layout: as a fresh window.)
-    if a >= 0 and a <= m and ln >= 0 and (ln == 0 or a < m) then
-      w[11], w[12], w[13], w[14], w[15], w[16], w[17], w[18] = v, m, sum, made, gone, a, ln, le
+    if a >= 0 and a <= m and ln >= 0 and nn >= 0 and (nn > 0 or m + ln == 0) then
+      w[11], w[12], w[13], w[14], w[15], w[16], w[17], w[18], w[19], w[20], w[21] =
+        v, m, sum, made, gone, a, ln, le, til, nat, nn
       return
     end
   end
-  w[11], w[12], w[13], w[14], w[15], w[16], w[17], w[18] = '', 0, 0, 0, 0, 0, 0, 0
+  w[11], w[12], w[13], w[14], w[15], w[16], w[17], w[18], w[19], w[20], w[21] = '', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
 end
 
 -- The list is gone (evicted, or deleted by hand): the window is what
 -- the string holds, and no admission counted before its tail is given
 -- back (gone: its slot may have been in the list).
 local function wrepair(w)
-  local v, sum = w[11], 0
-  for j = 1, w[12] do
+  local v, m, a, sum = w[11], w[12], w[16], w[21]
+  for j = 1, m do
     local _, c = mslot(v, j)
     sum = sum + c
   end
-  if w[16] < w[12] then w[15] = max(w[15], mslot(v, w[16] + 1) - 1) end
-  w[16], w[17], w[18], w[13], w[22], w[24] = w[12], 0, 0, sum, false, true
+  local first = w[20]
+  if a < m then first = mslot(v, a + 1) end
+  w[15] = max(w[15], first - 1)
+  w[16], w[17], w[18], w[13], w[25], w[27] = m, 0, 0, sum, false, true
 end
 
 -- The p-th slot of the window, oldest first (1-based): at, n; nil when
 -- the list is gone. The list is read FRONT elements at a time.
 local function qslot(w, p)
   local a = w[16]
-  if p <= a then return unpack_s(SLOT, w[11], 16 * p + 33) end
+  if p <= a then return unpack_s(SLOT, w[11], 16 * p + 57) end
   local q, ln = p - a, w[17]
-  if q > ln then return unpack_s(SLOT, w[11], 16 * (p - ln) + 33) end
-  local c = w[22]
-  if not c or q <= w[23] or q > w[23] + #c then
-    c = redis.call('LRANGE', w[10], int(q - 1), int(q + FRONT - 2))
-    w[22], w[23] = c, q - 1
+  if q <= ln then
+    local c = w[25]
+    if not c or q <= w[26] or q > w[26] + #c then
+      c = redis.call('LRANGE', w[10], int(q - 1), int(q + FRONT - 2))
+      w[25], w[26] = c, q - 1
+    end
+    local s = c[q - w[26]]
+    if not s or #s ~= 16 then return nil end
+    return unpack_s(SLOT, s)
   end
-  local s = c[q - w[23]]
-  if not s or #s ~= 16 then return nil end
-  return unpack_s(SLOT, s)
+  local j = p - ln
+  if j <= w[12] then return unpack_s(SLOT, w[11], 16 * j + 57) end
+  return w[20], w[21]
 end
 
 -- Drops (from the sum) the slots that have left the window (now -
--- window, now]: [19] of them, oldest first; [20] live slots are left,
--- the oldest at [21] (false: none).
+-- window, now]: [22] of them, oldest first; [23] live slots are left,
+-- the oldest at [24] (false: none).
 local function wexpire(w, edge)
   local total, sum = w[12] + w[17], w[13]
-  if total > 0 and w[16] > 0 then
-    local at = unpack_s('<d', w[11], 49)
-    if at > edge then -- nothing left: the common case, one read
-      w[19], w[20], w[21] = 0, total, at
-      return
-    end
+  if w[21] > 0 then total = total + 1 end
+  local at
+  if w[16] > 0 then
+    at = unpack_s('<d', w[11], 73)
+  elseif w[17] == 0 then
+    at = w[20]
   end
-  local p, at, c = 1
+  if total == 0 or at and at > edge then -- nothing left: the common case, one read
+    w[22], w[23], w[24] = 0, total, total > 0 and at
+    return
+  end
+  local p, c = 1
   while p <= total do
     at, c = qslot(w, p)
     if not at then
@@ -130,43 +142,61 @@ local function wexpire(w, edge)
     p = p + 1
   end
   if sum < 0 then sum = 0 end
-  w[13], w[19], w[20] = sum, p - 1, total - p + 1
-  if p <= total then w[21] = at else w[21] = false end
+  w[13], w[22], w[23] = sum, p - 1, total - p + 1
+  if p <= total then w[24] = at else w[24] = false end
 end
 
 -- Where an admission at now is counted (limits/window.go's place): the
--- time it is counted at, whether it joins the newest slot, and that
--- slot's count.
+-- time it is counted at and whether it joins the newest slot.
 local function wplace(w, limit)
-  if w[20] == 0 then return now, false, 0 end
-  local newest, c = unpack_s(SLOT, w[11], 16 * w[12] + 33)
+  if w[23] == 0 then return now, false end
+  local newest = w[20]
   local at, tie = now, now <= newest
   if newest > at then at = newest end -- a clock gone backwards keeps the order
-  if tie then return at, true, c end
+  if tie then return at, true end
   if limit > maxslots then
-    if w[20] >= maxslots + 1 then return at, true, c end
+    if w[23] >= maxslots + 1 then return at, true end
     local g = max(floor(w[2] / maxslots), 1)
-    return at, floor(newest / g) == floor(at / g), c
+    return at, floor(newest / g) == floor(at / g)
   end
-  return at, w[20] >= max(min(limit, maxslots), 1), c
+  return at, w[23] >= max(min(limit, maxslots), 1)
 end
 
--- Writes the window back: its first [19] slots dropped, its newest slot
--- replaced by last and add appended (packed slots, or nil); ttl: the
--- string's expiry, ms (nil keeps it). The list is touched only when the
--- front runs out or a tail past TAIL slots moves to it.
-local function wsave(w, last, add, ttl)
-  local v, m, a, ln, drop = w[11], w[12], w[16], w[17], w[19]
+-- Writes the window back: its first [22] slots dropped, and, when nat,
+-- its newest slot (nat, nn): a new one when add (the newest before it,
+-- if live, joins the tail). admit: an admission, whose string lives one
+-- window past its newest slot (and a thousandth of it, so that those
+-- joining that slot in its thousandth do not move it: they write the
+-- header alone); otherwise its expiry is kept. The list is touched only
+-- when the front runs out or a tail past TAIL slots moves to it.
+local function wsave(w, nat, nn, add, admit)
+  local v, m, a, ln, drop, span = w[11], w[12], w[16], w[17], w[22], w[2]
   local dF = min(drop, a)
   local dL = min(drop - dF, ln)
-  local dT = drop - dF - dL
-  local keep = m
-  if last then keep = m - 1 end
+  local dT = min(drop - dF - dL, m - a)
+  local live = w[21] > 0 and drop - dF - dL - dT == 0 -- the newest before
+  local old = add and live and pack(SLOT, w[20], w[21])
+  if not nat then
+    nat, nn = 0, 0
+    if live then nat, nn = w[20], w[21] end
+  end
+  local til, ms = w[19]
+  if admit and til < nat + span then
+    ms = math.ceil((nat + span - now) / 1000) + math.ceil(span / 1e6)
+    til = now + ms * 1000
+  end
   local na, nl, body
-  if dL == 0 and (ln == 0 or a > dF) then
+  if drop == 0 and not old then
+    if v ~= '' and not ms then
+      -- The newest slot or the sum alone: the header alone.
+      redis.call('SETRANGE', w[1], '0', pack(HEAD, w[13], w[14], w[15], a, ln, w[18], til, nat, nn))
+      return
+    end
+    na, nl, body = a, ln, sub(v, HLEN + 1)
+  elseif dL == 0 and dT == 0 and (ln == 0 or a > dF) then
     -- The list stays as it is: the slots kept are one run of the string.
     local grow = 0
-    if add then grow = 1 end
+    if old then grow = 1 end
     if ln == 0 then
       na = m - dF + grow
       if na > FRONT + TAIL then na = nil end
@@ -175,17 +205,16 @@ local function wsave(w, last, add, ttl)
     end
     if na then
       nl = ln
-      body = sub(v, HLEN + 16 * dF + 1, HLEN + 16 * keep) .. (last or '') .. (add or '')
+      body = sub(v, HLEN + 16 * dF + 1) .. (old or '')
     end
   end
   if not body then
     -- The slots of the string, oldest first, the list's place after na.
     local s = {}
-    for j = dF + 1, a do s[#s + 1] = sub(v, 16 * j + 33, 16 * j + 48) end
+    for j = dF + 1, a do s[#s + 1] = sub(v, 16 * j + 57, 16 * j + 72) end
     na = #s
-    for j = a + dT + 1, m do s[#s + 1] = sub(v, 16 * j + 33, 16 * j + 48) end
-    if last then s[#s] = last end
-    if add then s[#s + 1] = add end
+    for j = a + dT + 1, m do s[#s + 1] = sub(v, 16 * j + 57, 16 * j + 72) end
+    if old then s[#s + 1] = old end
     nl = ln - dL
     local l = w[10]
     if dL > 0 then
@@ -217,13 +246,13 @@ local function wsave(w, last, add, ttl)
       redis.call('RPUSH', l, unpack(moved))
       nl = nl + #moved
       -- It lives as long as its newest slot is in the window: set to one
-      -- window past the string's expiry (ttl: this is an admission), so
-      -- that once a window is enough. (A list left behind by a string
-      -- gone before it is deleted above when a list starts again.)
-      if w[18] < unpack_s('<d', moved[#moved]) + w[2] then
-        local ms = tonumber(ttl) + math.ceil(w[2] / 1000)
-        redis.call('PEXPIRE', l, int(ms))
-        w[18] = now + ms * 1000
+      -- window past the string's expiry, so that once a window is enough.
+      -- (A list left behind by a string gone before it is deleted above
+      -- when a list starts again.)
+      if w[18] < unpack_s('<d', moved[#moved]) + span then
+        local lms = math.ceil((til + span - now) / 1000)
+        redis.call('PEXPIRE', l, int(lms))
+        w[18] = now + lms * 1000
       end
       local t = {}
       for j = 1, from - 1 do t[#t + 1] = s[j] end
@@ -235,9 +264,9 @@ local function wsave(w, last, add, ttl)
     end
     body = table.concat(s)
   end
-  local value = pack(HEAD, w[13], w[14], w[15], na, nl, w[18]) .. body
-  if ttl then
-    redis.call('SET', w[1], value, 'PX', ttl)
+  local value = pack(HEAD, w[13], w[14], w[15], na, nl, w[18], til, nat, nn) .. body
+  if ms then
+    redis.call('SET', w[1], value, 'PX', int(ms))
   else
     redis.call('SET', w[1], value, 'KEEPTTL')
   end
@@ -247,7 +276,7 @@ end
 -- Give back units of the admission counted at rec (µs) in window w, at
 -- is rec, or 0 for a rollback (not checked: just after the decision).
 local function wrefund(w, rec, at, units)
-  if w[12] == 0 then return 0 end
+  if w[21] == 0 then return 0 end -- no slot
   if at > 0 then
     if w[14] > at then return 0 end -- another counter
     -- Slots counted then were dropped (at a clock read later than now):
@@ -256,16 +285,17 @@ local function wrefund(w, rec, at, units)
     if w[15] >= at then return 0 end
   end
   -- The first slot counted at or after rec, looked for from the newest:
-  -- j in the string, or q in the list.
+  -- the newest (j = 0), j in the string, or q in the list.
   local v, m, a, ln = w[11], w[12], w[16], w[17]
-  local j, q, lv
+  if w[20] < rec then return 0 end
+  local j, q, lv = 0
   local lo = a + 1
   if ln == 0 then lo = 1 end
   for i = m, lo, -1 do
     if mslot(v, i) < rec then break end
     j = i
   end
-  if j == lo and ln > 0 then
+  if (j == lo or lo > m) and ln > 0 then
     -- The whole tail is later: the list, from its newest, then the front.
     local upto, done = ln, false
     while upto > 0 and not done do
@@ -275,7 +305,8 @@ local function wrefund(w, rec, at, units)
         -- The list is gone: what is left, written back, decides.
         wrepair(w)
         if wrefund(w, rec, at, units) == 1 then return 1 end
-        redis.call('SET', w[1], pack(HEAD, w[13], w[14], w[15], w[16], w[17], w[18]) .. sub(w[11], HLEN + 1), 'KEEPTTL')
+        redis.call('SET', w[1], pack(HEAD, w[13], w[14], w[15], w[16], w[17], w[18], w[19], w[20], w[21]) ..
+          sub(w[11], HLEN + 1), 'KEEPTTL')
         return 0
       end
       for i = #c, 1, -1 do
@@ -297,13 +328,13 @@ local function wrefund(w, rec, at, units)
   local t, held
   if q then
     t, held = unpack_s(SLOT, lv)
-  elseif j then
+  elseif j > 0 then
     t, held = mslot(v, j)
   else
-    return 0
+    t, held = w[20], w[21]
   end
   if units > held then units = held end
-  local le = w[18]
+  local le, nat, nn, body = w[18], w[20], w[21]
   if q then
     if units == held then
       redis.call('LREM', w[10], '1', lv)
@@ -311,27 +342,43 @@ local function wrefund(w, rec, at, units)
     else
       redis.call('LSET', w[10], int(q - 1), pack(SLOT, t, held - units))
     end
-  else
-    local at0 = 16 * j + 33
+  elseif j > 0 then
+    local at0 = 16 * j + 57
     if units == held then
-      v = sub(v, 1, at0 - 1) .. sub(v, at0 + 16)
+      body = sub(v, HLEN + 1, at0 - 1) .. sub(v, at0 + 16)
       m = m - 1
       if j <= a then a = a - 1 end
-      if ln > 0 and a == m then
-        -- The tail is empty: the list's newest slot is the newest.
-        local s = redis.call('RPOP', w[10])
-        if s and #s == 16 then
-          v, m, ln = v .. s, m + 1, ln - 1
-        else
-          ln = 0
-        end
-      end
     else
-      v = sub(v, 1, at0 - 1) .. pack(SLOT, t, held - units) .. sub(v, at0 + 16)
+      body = sub(v, HLEN + 1, at0 - 1) .. pack(SLOT, t, held - units) .. sub(v, at0 + 16)
+    end
+  elseif units < held then
+    nn = held - units
+  else
+    -- The newest slot is emptied: the one before it is the newest, from
+    -- the tail, the list or the front.
+    nat, nn = 0, 0
+    if m > a or (ln == 0 and m > 0) then
+      nat, nn = mslot(v, m)
+      body = sub(v, HLEN + 1, HLEN + 16 * (m - 1))
+      m = m - 1
+      if a > m then a = m end
+    elseif ln > 0 then
+      local s = redis.call('RPOP', w[10])
+      ln = ln - 1
+      if s and #s == 16 then
+        nat, nn = unpack_s(SLOT, s)
+      else
+        ln = 0
+      end
     end
   end
   if ln == 0 then a, le = m, 0 end
-  redis.call('SET', w[1], pack(HEAD, max(w[13] - units, 0), w[14], w[15], a, ln, le) .. sub(v, HLEN + 1), 'KEEPTTL')
+  local head = pack(HEAD, max(w[13] - units, 0), w[14], w[15], a, ln, le, w[19], nat, nn)
+  if body then
+    redis.call('SET', w[1], head .. body, 'KEEPTTL')
+  else
+    redis.call('SETRANGE', w[1], '0', head)
+  end
   return 1
 end
 
@@ -349,16 +396,14 @@ local function chargeWindow(w, units, limit)
   wopen(w, redis.call('GET', w[1]))
   local edge = now - w[2]
   wexpire(w, edge)
-  if w[19] > 0 then w[15] = max(w[15], edge) end
-  local at, merge, c = wplace(w, limit)
+  if w[22] > 0 then w[15] = max(w[15], edge) end
+  local at, merge = wplace(w, limit)
   w[13] = w[13] + units
   if w[14] == 0 then w[14] = at end
-  -- The string expires one window after this charge, as takeWindow's.
-  local ttl = int(math.ceil((at - now + w[2]) / 1000))
   if merge then
-    wsave(w, pack(SLOT, at, c + units), nil, ttl)
+    wsave(w, at, w[21] + units, false, true)
   else
-    wsave(w, nil, pack(SLOT, at, units), ttl)
+    wsave(w, at, units, true, true)
   end
 end
 
@@ -444,9 +489,9 @@ for i = 1, n do
       done = done + 1
     end
   else
-    -- [1], [2], ([3] to [9] unused), then [10] to [24] (see the window code)
+    -- [1], [2], ([3] to [9] unused), then [10] to [27] (see the window code)
     local w = {KEYS[k], window, false, false, false, false, false, false, false,
-               KEYS[k + 1], '', 0, 0, 0, 0, 0, 0, 0, 0, 0, false, false, 0, false}
+               KEYS[k + 1], '', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, false, 0, false}
     k = k + 2
     if delta < 0 then
       done = done + refundWindow(w, rec, at, -delta)
