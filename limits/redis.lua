@@ -35,22 +35,27 @@
 -- A sliding window is limits/window.go's ring of slots, oldest first,
 -- each (at, n): the time of its latest admission (µs) and the units
 -- counted in it (at least 1); no two slots share a time, so a time names
--- a slot. Its string key holds a header, struct "<dddddd": sum (the units
--- of live slots), made (when the counter was made, µs, 0 unknown: a
+-- a slot. Its string key holds a header, struct "<ddddddddd": sum (the
+-- units of live slots), made (when the counter was made, µs, 0 unknown: a
 -- settlement recognises a counter made after its admission, after a
 -- Reset), gone (the latest time up to which slots were dropped as
 -- expired, µs: a settlement knows an admission counted then or before may
--- have lost its slot), front, listed (below) and listUntil (the list's
--- expiry as last set, µs); then slots, struct "<dd" each. It holds every
--- slot while there are at most FRONT + TAIL; past that the oldest FRONT
--- (the front) and the newest TAIL at most (at least one), and the slots
--- between them are in the list key, oldest first (`listed` of them, one
--- 16-byte element each): the string stays a few hundred bytes whatever
--- the window holds, and an admission reads and writes it whole (one MGET
--- for the batch, one SET per hit), touching the list only when a slot
--- moves past the tail (RPUSH) or the front runs out (LRANGE, LTRIM).
--- The list lives as long as its newest slot is in the window, and at
--- most a window longer than the string.
+-- have lost its slot), front and listed (below), listUntil (the list's
+-- expiry as last set, µs), until (the string's, µs) and the newest slot;
+-- then the other slots, struct "<dd" each. It holds every slot while
+-- there are at most FRONT + TAIL + 1; past that the oldest FRONT (the
+-- front), the newest, and before it a tail of up to TAIL, and the slots
+-- between front and tail are in the list key, oldest first (`listed` of
+-- them, one 16-byte element each; a tail past TAIL keeps its newest KEEP
+-- and the others go to the list). So the string stays at most 328 bytes
+-- whatever the window holds: an admission reads it whole (one MGET for
+-- the batch) and writes it whole (one SET), or, joining the newest slot
+-- while the string's expiry covers it, writes the header alone (one
+-- SETRANGE); the list is touched only when the tail moves to it (RPUSH)
+-- or the front runs out (LRANGE, LTRIM). The string expires a window and
+-- a thousandth after its newest slot (the admissions joining that slot in
+-- its thousandth need not move it); the list lives as long as its newest
+-- slot is in the window, and at most a window longer than the string.
 --
 -- Returns one string of doubles ("<d" each): allowed (1/0: every
 -- enforcing hit admits), now (µs), then 6 per hit: allowed (1 admits, 0
@@ -76,14 +81,17 @@
 -- never by the window's contents: a refusal reads the oldest slots that
 -- must leave for the cost to fit (one, for a request of cost 1: the first
 -- live one, read already), so the over-limit caller's hot path costs
--- Redis no more than an admission. A window's admission costs one SET
--- (and, past FRONT + TAIL slots, an RPUSH; every FRONT expired slots an
--- LRANGE and an LTRIM), its refusal nothing but its share of the MGET, a
+-- Redis no more than an admission. A window's admission costs one SET or
+-- SETRANGE (past FRONT + TAIL + 1 slots, an RPUSH every few new slots, an
+-- LRANGE and an LTRIM every FRONT expired ones), its refusal nothing but
+-- its share of the MGET (the list read past the front's slots), a
 -- bucket's admission one SET, its refusal nothing (one more command for a
--- pending mark on a Cluster): each hit of a batch adds at most a few
--- commands to the one round trip. Inside a script each command costs
--- about a microsecond, and each number passed to one as much again (see
--- int below).
+-- pending mark on a Cluster): each hit of a batch adds about one command
+-- to the one round trip. Inside a script each command costs about a
+-- microsecond, each number passed to one as much again (see int below),
+-- and each string the script makes about a nanosecond a byte (Redis's Lua
+-- hashes every byte of a new string): the reads and writes are whole
+-- small strings, the reply one string.
 --
 -- Token bucket: the bucket starts full at burst, refills at limit per
 -- window lazily and never above burst, admits a cost it holds, keeps
