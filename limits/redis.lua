@@ -21,8 +21,7 @@
 -- margin).
 --
 -- KEYS, per hit in order: a sliding window's string and list (below); a
--- token bucket's one string key, "tokens last" (the tokens, fractional, as
--- %.17g, at `last`, in µs; below 0 after a settled charge, a debt); a
+-- token bucket's one string key (its tokens and their time, see bread); a
 -- calendar counter's one string key, "start count made" (the period
 -- counted in, unix s, the cost counted in it, and when the counter of
 -- that period was made, µs, so that a settlement recognises a counter
@@ -422,6 +421,26 @@ local function reportWindow(hit)
   end
 end
 
+-- bucket begin
+-- A token bucket's state: its tokens (fractional; below 0 after a
+-- settled charge, a debt) at its time (µs), struct "<dd" after a 0 byte;
+-- the "tokens last" text of earlier releases is read too. Read: tokens
+-- and time, nil for none (or unreadable: a fresh bucket).
+local function bread(s)
+  if not s then return nil end
+  if #s == 17 and string.byte(s, 1) == 0 then
+    local t, l = unpack_s('<dd', s, 2)
+    return t, l
+  end
+  local t, l = string.match(s, '^(%S+) (%S+)$')
+  t, l = tonumber(t), tonumber(l)
+  if t and l then return t, l end
+  return nil
+end
+
+local function bvalue(tokens, last) return pack('<Bdd', 0, tokens, last) end
+-- bucket end
+
 -- The level of a bucket `elapsed` µs (>= 0) after it held tokens (below
 -- 0: a debt): limits/bucket.go's fill, the same operations in the same
 -- order (settle.lua has a copy).
@@ -436,11 +455,7 @@ local function fill(tokens, elapsed, limit, window, burst)
 end
 
 local function evalBucket(hit, s)
-  local tokens, last
-  if s then
-    local t, l = string.match(s, '^(%S+) (%S+)$')
-    tokens, last = tonumber(t), tonumber(l)
-  end
+  local tokens, last = bread(s)
   local burst = hit[10]
   if tokens and last then
     hit[11], hit[12] = tokens, last
@@ -461,10 +476,7 @@ local function takeBucket(hit)
   if now > last then last = now end -- never moves backwards
   -- Kept until full again (no need to be exact: the margin covers it).
   local full = min((hit[10] - tokens) * hit[2] / hit[5], 1e15)
-  -- %.17g writes an integer's digits as %d does, far slower.
-  local f = '%.17g %d'
-  if tokens == floor(tokens) and tokens > -1e15 and tokens < 1e15 then f = '%d %d' end
-  redis.call('SET', hit[1], fmt(f, tokens, last), 'PX', int(math.ceil(full / 1000) + 1000))
+  redis.call('SET', hit[1], bvalue(tokens, last), 'PX', int(math.ceil(full / 1000) + 1000))
   hit[9] = 1
 end
 

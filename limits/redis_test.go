@@ -497,3 +497,45 @@ func TestRedisWindowWithoutItsList(t *testing.T) {
 		}
 	}
 }
+
+// A bucket written by an earlier release ("tokens last", text) is read
+// as it was, by decisions and settlements, and written in this one's
+// form: an upgrade does not refill it.
+func TestRedisBucketOfAnEarlierRelease(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { client.Close() })
+	s := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: "old:", Timeout: time.Second, ClientClock: true})
+	t.Cleanup(s.Close)
+	ctx := context.Background()
+	r := tb("b", 10, time.Minute, 10)
+	now := at(0)
+	// A ticket to settle, then both buckets as an earlier release left them.
+	hit := limits.Hit{Rule: r, Key: limits.KeyOf("caller", "s"), Cost: 3}
+	out := make([]limits.Decision, 1)
+	if ok, err := s.Decide(ctx, []limits.Hit{hit}, now, out); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	old := fmt.Sprintf("%.17g %d", 3.5, now.UnixMicro())
+	for _, k := range []string{"old:{b|caller=k}:b", "old:{b|caller=s}:b"} {
+		if err := client.Set(ctx, k, old, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := allow(t, s, r, "k", 1, now); !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("a bucket of 3.5 tokens taken 1: %+v", d)
+	}
+	if v := client.Get(ctx, "old:{b|caller=k}:b").Val(); v == old || len(v) != 17 {
+		t.Fatalf("the bucket was written back as %q", v)
+	}
+	if d := allow(t, s, r, "k", 2, now); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("2.5 tokens taken 2: %+v", d)
+	}
+	// A settlement reads the text too: 3.5 tokens, 2 given back.
+	if err := s.Settle(ctx, []limits.Settlement{{Hit: hit, Ticket: out[0].Ticket, Actual: 1}}, now); err != nil {
+		t.Fatal(err)
+	}
+	if d := allow(t, s, r, "s", 0, now); d.Remaining != 5 {
+		t.Fatalf("3.5 tokens and 2 given back: %+v", d)
+	}
+}

@@ -407,22 +407,34 @@ local function chargeWindow(w, units, limit)
   end
 end
 
+-- bucket begin
+-- A token bucket's state: its tokens (fractional; below 0 after a
+-- settled charge, a debt) at its time (µs), struct "<dd" after a 0 byte;
+-- the "tokens last" text of earlier releases is read too. Read: tokens
+-- and time, nil for none (or unreadable: a fresh bucket).
+local function bread(s)
+  if not s then return nil end
+  if #s == 17 and string.byte(s, 1) == 0 then
+    local t, l = unpack_s('<dd', s, 2)
+    return t, l
+  end
+  local t, l = string.match(s, '^(%S+) (%S+)$')
+  t, l = tonumber(t), tonumber(l)
+  if t and l then return t, l end
+  return nil
+end
+
+local function bvalue(tokens, last) return pack('<Bdd', 0, tokens, last) end
+-- bucket end
+
 local function refundBucket(b, units, burst)
-  local s = redis.call('GET', b)
-  local tokens, last
-  if s then tokens, last = string.match(s, '^(%S+) (%S+)$') end
-  if tonumber(tokens) == nil or last == nil then return 0 end
-  tokens = tonumber(tokens) + units
+  local tokens, last = bread(redis.call('GET', b))
+  if not tokens then return 0 end
+  tokens = tokens + units
   if tokens > burst then tokens = burst end
   -- The bucket keeps its time and its expiry (it is full sooner: the
   -- expiry covers it).
-  local v = string.format('%.17g', tokens) .. ' ' .. last
-  local ttl = redis.call('PTTL', b)
-  if ttl > 0 then
-    redis.call('SET', b, v, 'PX', ttl)
-  else
-    redis.call('SET', b, v)
-  end
+  redis.call('SET', b, bvalue(tokens, last), 'KEEPTTL')
   return 1
 end
 
@@ -440,13 +452,8 @@ end
 -- Take units at now as redis.lua's takeBucket takes an admission's cost
 -- (limits/bucket.go's charge): fill, subtract, keep until full again.
 local function chargeBucket(b, units, limit, window, burst)
-  local s = redis.call('GET', b)
-  local tokens, last
-  if s then
-    local t, l = string.match(s, '^(%S+) (%S+)$')
-    tokens, last = tonumber(t), tonumber(l)
-  end
-  if not tokens or not last then tokens, last = burst, now end -- a fresh bucket is full
+  local tokens, last = bread(redis.call('GET', b))
+  if not tokens then tokens, last = burst, now end -- a fresh bucket is full
   if tokens > burst then tokens = burst end
   local e = now - last
   if e < 0 then e = 0 end
@@ -454,7 +461,7 @@ local function chargeBucket(b, units, limit, window, burst)
   if now > last then last = now end
   local full = 1e15
   if limit > 0 then full = math.min((burst - tokens) * window / limit, 1e15) end
-  redis.call('SET', b, string.format('%.17g %.17g', tokens, last), 'PX', math.ceil(full / 1000) + 1000)
+  redis.call('SET', b, bvalue(tokens, last), 'PX', int(math.ceil(full / 1000) + 1000))
 end
 
 local function settleCalendar(c, start, made, delta)
