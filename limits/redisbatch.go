@@ -7,7 +7,6 @@ import (
 	"math"
 	"net"
 	"sort"
-	"strings"
 	"time"
 	"unsafe"
 
@@ -314,14 +313,23 @@ func algorithmArg(a Algorithm) string {
 	return "w"
 }
 
-// decideArg is a rule's algorithm as redis.lua names it, in capitals for
-// a shadow rule.
-func decideArg(r *Rule) string {
-	a := algorithmArg(r.Algorithm)
+// decideArgs are the algorithms as redis.lua names them, in capitals for
+// a shadow rule, boxed once (an argument boxed per call is an allocation).
+var decideArgs = [2][3]any{{"w", "b", "c"}, {"W", "B", "C"}}
+
+// decideArg is a rule's algorithm as redis.lua names it.
+func decideArg(r *Rule) any {
+	shadow := 0
 	if r.Shadow {
-		return strings.ToUpper(a)
+		shadow = 1
 	}
-	return a
+	switch r.Algorithm {
+	case TokenBucket:
+		return decideArgs[shadow][1]
+	case Calendar:
+		return decideArgs[shadow][2]
+	}
+	return decideArgs[shadow][0]
 }
 
 // calendarMargin is how long a calendar counter's key outlives its
