@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/internal/redistest"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
@@ -144,17 +147,46 @@ func TestConcurrentRequestsAreExact(t *testing.T) {
 // settlements (refunds and extra charges, some long after their
 // admission): the Lua scripts and the Go code run the same arithmetic.
 func TestStoresAgree(t *testing.T) {
+	storesAgree(t, []*limits.Rule{
+		tb("b1", 10, time.Minute, 10), tb("b2", 7, 3*time.Second, 3), tb("b3", 1000, time.Hour, 25),
+		sw("w1", 5, 10*time.Second), sw("w2", 40, time.Minute),
+		shadow(tb("s1", 3, time.Second, 2)), shadow(sw("s2", 2, 5*time.Second)),
+	}, 4000, 300*time.Millisecond, 1)
+}
+
+// The same for sliding windows of many slots, where Redis keeps the
+// middle of the window in a list: exact ones (a slot per admission) and
+// grouped ones (past maxSlots; windows whose 1/1000 is whole µs, so that
+// both stores group alike), busier than their limits, with the same
+// settlements and clocks.
+func TestStoresAgreeOnBigWindows(t *testing.T) {
+	srv := storesAgree(t, []*limits.Rule{
+		sw("x1", 60, 4*time.Second), sw("x2", 25, 2*time.Second),
+		sw("g1", 5000, 2*time.Second), sw("g2", 1500, 500*time.Millisecond),
+		shadow(sw("x3", 30, 3*time.Second)),
+	}, 5000, 15*time.Millisecond, 5)
+	// The list was used every way but one: slots pushed past the tail,
+	// the front refilled from it, refunds in it (an emptied slot removed,
+	// another reduced); and admissions joining the newest slot wrote the
+	// header alone. The newest slot emptied and taken back from the list
+	// is TestRedisWindowListAgreesWithMemory's.
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer client.Close()
+	info := client.Info(context.Background(), "commandstats").Val()
+	for _, c := range []string{"rpush", "lrange", "ltrim", "lrem", "lset", "setrange"} {
+		if !strings.Contains(info, "cmdstat_"+c+":calls=") {
+			t.Errorf("no %s: the list is not exercised\n%s", strings.ToUpper(c), info)
+		}
+	}
+}
+
+func storesAgree(t *testing.T, rules []*limits.Rule, steps int, gap time.Duration, seed uint64) *redistest.Server {
 	redistest.Require(t)
 	srv := redistest.Start(t)
 	mem := limits.NewMemory(limits.MemoryOptions{})
 	red := newRedisStore(t, srv, true)
-	rules := []*limits.Rule{
-		tb("b1", 10, time.Minute, 10), tb("b2", 7, 3*time.Second, 3), tb("b3", 1000, time.Hour, 25),
-		sw("w1", 5, 10*time.Second), sw("w2", 40, time.Minute),
-		shadow(tb("s1", 3, time.Second, 2)), shadow(sw("s2", 2, 5*time.Second)),
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	srng := rand.New(rand.NewPCG(3, 4)) // settlements: the traffic stays as it was
+	rng := rand.New(rand.NewPCG(seed, 2))
+	srng := rand.New(rand.NewPCG(seed+2, 4)) // settlements: the traffic stays as it was
 	type pending struct {
 		hit      limits.Hit
 		mem, red limits.Ticket
@@ -164,9 +196,9 @@ func TestStoresAgree(t *testing.T) {
 	now := t0
 	ctx := context.Background()
 	hist := map[string][]string{} // each counter's steps, shown on a disagreement
-	for i := range 4000 {
+	for i := range steps {
 		// Whole µs: Redis's resolution (a sliding window in Memory counts ns).
-		now = now.Add(time.Duration(rng.ExpFloat64() * float64(300*time.Millisecond))).Truncate(time.Microsecond)
+		now = now.Add(time.Duration(rng.ExpFloat64() * float64(gap))).Truncate(time.Microsecond)
 		when := now
 		if rng.IntN(20) == 0 {
 			when = now.Add(-time.Duration(rng.IntN(5_000_000)) * time.Microsecond)
@@ -230,7 +262,8 @@ func TestStoresAgree(t *testing.T) {
 			t.Fatalf("step %d (peek %v) at %v: memory %v %+v, redis %v %+v", i, peek, when.Sub(t0), mok, mout, rok, rout)
 		}
 	}
-	if settled < 500 {
+	if settled < steps/8 {
 		t.Fatalf("only %d settlements", settled)
 	}
+	return srv
 }

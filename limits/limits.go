@@ -377,9 +377,9 @@ type Ticket struct {
 	// For a calendar admission, the start of its period (unix s): a
 	// settlement lands only in that period, never in a later one.
 	at int64
-	// rec is what redis.lua recorded: a window's slot (> 0 a sequence
-	// number, < 0 -(bucket+1) for a grouped slot), 1 for a bucket, the
-	// period's start (unix s) for a calendar counter.
+	// rec is what redis.lua recorded: for a window the time it was
+	// counted at (µs, as at: its slot is the first at or after it), 1 for
+	// a bucket, the period's start (unix s) for a calendar counter.
 	rec int64
 	// gen is the generation of Memory's counter: a counter reset or
 	// restarted since is another one.

@@ -80,8 +80,13 @@ type RedisOptions struct {
 // each Peek) of a batch is one EVALSHA (reloaded after NOSCRIPT) that
 // evaluates and records atomically on Redis's own clock, so instance
 // clocks never matter. A (rule, key) counter lives under the hash tag
-// {rule|key}: a sliding window in two keys (:z, :h), a token bucket in one
-// (:b), so a rule whose algorithm changes never reads the other's state.
+// {rule|key}: a sliding window in a string (:w, its header and up to 32
+// slots) and, past 32 slots, a list of the slots between its oldest and
+// newest (:l); a token bucket in one string (:b), a calendar counter in
+// one (:c), so a rule whose algorithm changes never reads the other's
+// state (see redis.lua). A window's keys of earlier releases (a sorted
+// set :z and a hash :h) are never read: an upgrade starts every window
+// afresh, and the old keys expire within their window.
 //
 // On a Redis Cluster a batch whose counters hash to different slots cannot
 // be one script: it is decided one slot at a time, in slot order (parts

@@ -40,7 +40,7 @@ func keysOnDistinctMasters(t *testing.T, c *redistest.Cluster, prefix, rule stri
 	var keys []string
 	for i := 0; len(keys) < n && i < 10000; i++ {
 		k := fmt.Sprintf("k%d", i)
-		m := c.MasterOf(prefix + "{" + rule + "|caller=" + k + "}:z").Addr
+		m := c.MasterOf(prefix + "{" + rule + "|caller=" + k + "}:w").Addr
 		if !seen[m] {
 			seen[m] = true
 			keys = append(keys, k)
@@ -296,7 +296,7 @@ func clusterFailover(t *testing.T, c *redistest.Cluster, partial bool) {
 		t.Fatal(err)
 	}
 	keys := keysOnDistinctMasters(t, c, "fo:", "chat_rpm", 3)
-	dead := c.MasterOf("fo:{chat_rpm|caller=" + keys[0] + "}:z")
+	dead := c.MasterOf("fo:{chat_rpm|caller=" + keys[0] + "}:w")
 	r := rule(1000000, time.Minute)
 	decide := func(key string) (limits.Decision, error, time.Duration) {
 		out := make([]limits.Decision, 1)

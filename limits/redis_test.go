@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -293,8 +294,8 @@ func TestStory5StoreFailures(t *testing.T) {
 	})
 }
 
-// Every key the script writes has an expiry: a window's two keys (also
-// when its sorted set was emptied and made again), a bucket's one.
+// Every key the script writes has an expiry: a window's string (also
+// when all its slots had left and it was written again), a bucket's.
 func TestRedisKeysExpire(t *testing.T) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -311,16 +312,16 @@ func TestRedisKeysExpire(t *testing.T) {
 			}
 		}
 	}
-	z, h, bk := "ttl:{w|caller=k}:z", "ttl:{w|caller=k}:h", "ttl:{b|caller=k}:b"
+	wk, bk := "ttl:{w|caller=k}:w", "ttl:{b|caller=k}:b"
 	allow(t, s, w, "k", 1, at(0))
 	allow(t, s, b, "k", 1, at(0))
-	check("first admission", z, h, bk)
+	check("first admission", wk, bk)
 	allow(t, s, w, "k", 1, at(30))
-	check("second admission", z, h)
-	// At 100 s both slots have left: the sorted set is emptied, then made
-	// again by the admission.
+	check("second admission", wk)
+	// At 100 s both slots have left: they are dropped, then the admission
+	// counted.
 	allow(t, s, w, "k", 1, at(100))
-	check("after the window emptied", z, h)
+	check("after the window emptied", wk)
 	if ttl := client.PTTL(context.Background(), bk).Val(); ttl > 8*time.Second {
 		t.Fatalf("a bucket one token short of full kept for %v", ttl)
 	}
@@ -328,7 +329,9 @@ func TestRedisKeysExpire(t *testing.T) {
 
 // A window's keys expire one window after its last admission, when every
 // slot has left it (a slot leaves with its latest admission), on Redis's
-// clock as on a store's own.
+// clock as on a store's own: and a thousandth of the window later, so
+// that the admissions joining the newest slot in its thousandth write the
+// header alone, without an expiry.
 func TestRedisWindowKeysLiveOneWindow(t *testing.T) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -347,12 +350,192 @@ func TestRedisWindowKeysLiveOneWindow(t *testing.T) {
 			if !allow(t, s, w, "k", 1, now).Allowed {
 				t.Fatalf("admission %d refused", i)
 			}
-			for _, k := range []string{prefix + "{w|caller=k}:z", prefix + "{w|caller=k}:h"} {
+			for _, k := range []string{prefix + "{w|caller=k}:w"} {
 				ttl, err := client.PTTL(context.Background(), k).Result()
-				if err != nil || ttl > time.Minute || ttl < time.Minute-5*time.Second {
-					t.Fatalf("store clock %v, admission %d: %s expires in %v (%v), want one window, 60 s", own, i, k, ttl, err)
+				if err != nil || ttl > time.Minute+60*time.Millisecond || ttl < time.Minute-5*time.Second {
+					t.Fatalf("store clock %v, admission %d: %s expires in %v (%v), want one window and a thousandth, 60.06 s", own, i, k, ttl, err)
 				}
 			}
 		}
+	}
+}
+
+// A window of many slots keeps its middle in a list (see redis.lua).
+// Refunds that empty the newest slots take the list's newest back into
+// the string, and the front runs out and is refilled from the list, with
+// every answer Memory's.
+func TestRedisWindowListAgreesWithMemory(t *testing.T) {
+	srv := redistest.Start(t)
+	red := newRedisStore(t, srv, true)
+	mem := limits.NewMemory(limits.MemoryOptions{})
+	r := sw("list", 100, 10*time.Second)
+	ctx := context.Background()
+	hit := limits.Hit{Rule: r, Key: limits.KeyOf("caller", "k"), Cost: 2}
+	type both struct{ mem, red limits.Ticket }
+	var tickets []both
+	same := func(label string, now time.Time, peek bool) {
+		t.Helper()
+		mo, ro := make([]limits.Decision, 1), make([]limits.Decision, 1)
+		var mok, rok bool
+		var merr, rerr error
+		if peek {
+			h := hit
+			h.Cost = 0
+			mok, merr = mem.Peek(ctx, []limits.Hit{h}, now, mo)
+			rok, rerr = red.Peek(ctx, []limits.Hit{h}, now, ro)
+		} else {
+			mok, merr = mem.Decide(ctx, []limits.Hit{hit}, now, mo)
+			rok, rerr = red.Decide(ctx, []limits.Hit{hit}, now, ro)
+			if mok && rok {
+				tickets = append(tickets, both{mo[0].Ticket, ro[0].Ticket})
+			}
+		}
+		if merr != nil || rerr != nil || mok != rok || fmt.Sprint(untick(mo)) != fmt.Sprint(untick(ro)) {
+			t.Fatalf("%s: memory %v %v %+v, redis %v %v %+v", label, mok, merr, mo[0], rok, rerr, ro[0])
+		}
+	}
+	settle := func(i int, actual int64, now time.Time) {
+		t.Helper()
+		if err := mem.Settle(ctx, []limits.Settlement{{Hit: hit, Ticket: tickets[i].mem, Actual: actual}}, now); err != nil {
+			t.Fatal(err)
+		}
+		if err := red.Settle(ctx, []limits.Settlement{{Hit: hit, Ticket: tickets[i].red, Actual: actual}}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { client.Close() })
+	calls := func(cmd string) int64 {
+		t.Helper()
+		info := client.Info(ctx, "commandstats").Val()
+		var n int64
+		if _, rest, ok := strings.Cut(info, "cmdstat_"+cmd+":calls="); ok {
+			fmt.Sscanf(rest, "%d", &n)
+		}
+		return n
+	}
+	// 30 admissions 0.1 s apart: a slot each, most of them in the list.
+	for i := range 30 {
+		same(fmt.Sprint("admission ", i), at(0.1*float64(i+1)), false)
+	}
+	if calls("rpush") == 0 {
+		t.Fatal("no slot went to the list")
+	}
+	// Give back the newest ten whole, newest first, then half of some in
+	// the list: the string's tail empties and takes the list's newest.
+	for i := 29; i >= 20; i-- {
+		settle(i, 0, at(3.1))
+		same(fmt.Sprint("after refunding ", i), at(3.1), true)
+	}
+	for _, i := range []int{12, 14, 9} {
+		settle(i, 1, at(3.2))
+		same(fmt.Sprint("after settling ", i), at(3.2), true)
+	}
+	if calls("rpop") == 0 || calls("lset") == 0 {
+		t.Fatal("the list's newest never came back, or no slot in it was settled")
+	}
+	// Time passes: the front leaves the window and is refilled from the
+	// list, while admissions go on.
+	for i := range 40 {
+		now := at(10 + 0.05*float64(i))
+		same(fmt.Sprint("later ", i), now, i%3 == 0)
+	}
+	if calls("ltrim") == 0 {
+		t.Fatal("the front was never refilled")
+	}
+	// A whole window later nothing is left, in the string or the list.
+	same("a window later", at(30), true)
+}
+
+// A list deleted by hand (or evicted) is no error: the window goes on
+// with what its string holds, and gives nothing back for admissions that
+// were counted in the list.
+func TestRedisWindowWithoutItsList(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { client.Close() })
+	s := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: "lost:", Timeout: time.Second, ClientClock: true})
+	t.Cleanup(s.Close)
+	ctx := context.Background()
+	r := sw("w", 100, 10*time.Second)
+	var tickets []limits.Ticket
+	for i := range 30 {
+		d := allow(t, s, r, "k", 1, at(0.1*float64(i+1)))
+		tickets = append(tickets, d.Ticket)
+	}
+	if n := client.Exists(ctx, "lost:{w|caller=k}:l").Val(); n != 1 {
+		t.Fatal("no list")
+	}
+	client.Del(ctx, "lost:{w|caller=k}:l")
+	hit := limits.Hit{Rule: r, Key: limits.KeyOf("caller", "k"), Cost: 1}
+	// The first refund finds the list gone: the units it held are
+	// forgotten (the window holds what its string does). A refund of an
+	// admission that was in the list gives nothing back.
+	remaining := func() int64 { return allow(t, s, r, "k", 0, at(3.5)).Remaining }
+	refund := func(i int) {
+		t.Helper()
+		if err := s.Settle(ctx, []limits.Settlement{{Hit: hit, Ticket: tickets[i], Actual: 0}}, at(3.5)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := remaining()
+	refund(12)
+	lost := remaining()
+	if lost <= before || lost >= 100 {
+		t.Fatalf("remaining %d, then %d once the list was found gone", before, lost)
+	}
+	for _, i := range []int{13, 3, 14} {
+		refund(i)
+		if n := remaining(); n != lost {
+			t.Fatalf("admission %d given back after the list was lost: remaining %d, then %d", i, lost, n)
+		}
+	}
+	// Admissions go on, and the front leaving the window is no error.
+	for i := range 50 {
+		if d := allow(t, s, r, "k", 1, at(4+0.2*float64(i))); !d.Allowed {
+			t.Fatalf("admission %d refused: %+v", i, d)
+		}
+	}
+}
+
+// A bucket written by an earlier release ("tokens last", text) is read
+// as it was, by decisions and settlements, and written in this one's
+// form: an upgrade does not refill it.
+func TestRedisBucketOfAnEarlierRelease(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { client.Close() })
+	s := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: "old:", Timeout: time.Second, ClientClock: true})
+	t.Cleanup(s.Close)
+	ctx := context.Background()
+	r := tb("b", 10, time.Minute, 10)
+	now := at(0)
+	// A ticket to settle, then both buckets as an earlier release left them.
+	hit := limits.Hit{Rule: r, Key: limits.KeyOf("caller", "s"), Cost: 3}
+	out := make([]limits.Decision, 1)
+	if ok, err := s.Decide(ctx, []limits.Hit{hit}, now, out); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	old := fmt.Sprintf("%.17g %d", 3.5, now.UnixMicro())
+	for _, k := range []string{"old:{b|caller=k}:b", "old:{b|caller=s}:b"} {
+		if err := client.Set(ctx, k, old, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := allow(t, s, r, "k", 1, now); !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("a bucket of 3.5 tokens taken 1: %+v", d)
+	}
+	if v := client.Get(ctx, "old:{b|caller=k}:b").Val(); v == old || len(v) != 17 {
+		t.Fatalf("the bucket was written back as %q", v)
+	}
+	if d := allow(t, s, r, "k", 2, now); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("2.5 tokens taken 2: %+v", d)
+	}
+	// A settlement reads the text too: 3.5 tokens, 2 given back.
+	if err := s.Settle(ctx, []limits.Settlement{{Hit: hit, Ticket: out[0].Ticket, Actual: 1}}, now); err != nil {
+		t.Fatal(err)
+	}
+	if d := allow(t, s, r, "s", 0, now); d.Remaining != 5 {
+		t.Fatalf("3.5 tokens and 2 given back: %+v", d)
 	}
 }

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 	"unsafe"
 
@@ -31,8 +31,8 @@ func (s *Redis) keyBase(rule string, key Key) string {
 }
 
 // counterKeys returns the Redis keys of hits' counters in order: a
-// sliding window's sorted set and hash, or a token bucket's string, each
-// followed by its pending mark's key when marks. They are cut from one
+// sliding window's string and list, a token bucket's or a calendar
+// counter's string, each followed by its pending mark's key when marks. They are cut from one
 // string: one allocation for the batch instead of two or three per hit.
 func (s *Redis) counterKeys(hits []Hit, marks bool) []string {
 	per := func(h *Hit) (n int, size int) {
@@ -79,7 +79,7 @@ func (s *Redis) counterKeys(hits []Hit, marks bool) []string {
 }
 
 // counterSuffix is the last letter of the k-th key of a counter (see
-// counterKeys): z and h for a window, b for a bucket, c for a calendar
+// counterKeys): w and l for a window, b for a bucket, c for a calendar
 // counter, then p, its pending mark.
 func counterSuffix(a Algorithm, k int) byte {
 	switch a {
@@ -88,7 +88,7 @@ func counterSuffix(a Algorithm, k int) byte {
 	case Calendar:
 		return "cp"[k]
 	}
-	return "zhp"[k]
+	return "wlp"[k]
 }
 
 // Decide implements Store.
@@ -103,7 +103,8 @@ func (s *Redis) Peek(ctx context.Context, hits []Hit, now time.Time, out []Decis
 }
 
 // Reset implements Store: it deletes the key's counters of every
-// algorithm (one slot, so one DEL on a cluster too).
+// algorithm (one slot, so one DEL on a cluster too), and a window's keys
+// as earlier releases laid them out (:z, :h), which this one never reads.
 func (s *Redis) Reset(ctx context.Context, rule *Rule, key Key) error {
 	if rule == nil {
 		return ErrBatch
@@ -111,7 +112,7 @@ func (s *Redis) Reset(ctx context.Context, rule *Rule, key Key) error {
 	base := s.keyBase(rule.Name, key)
 	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	defer cancel()
-	if err := s.o.Client.Del(ctx, base+":z", base+":h", base+":b", base+":c", base+":p").Err(); err != nil {
+	if err := s.o.Client.Del(ctx, base+":w", base+":l", base+":b", base+":c", base+":p", base+":z", base+":h").Err(); err != nil {
 		return fmt.Errorf("redis reset: %w", err)
 	}
 	return nil
@@ -336,6 +337,25 @@ func algorithmArg(a Algorithm) string {
 	return "w"
 }
 
+// decideArgs are the algorithms as redis.lua names them, in capitals for
+// a shadow rule, boxed once (an argument boxed per call is an allocation).
+var decideArgs = [2][3]any{{"w", "b", "c"}, {"W", "B", "C"}}
+
+// decideArg is a rule's algorithm as redis.lua names it.
+func decideArg(r *Rule) any {
+	shadow := 0
+	if r.Shadow {
+		shadow = 1
+	}
+	switch r.Algorithm {
+	case TokenBucket:
+		return decideArgs[shadow][1]
+	case Calendar:
+		return decideArgs[shadow][2]
+	}
+	return decideArgs[shadow][0]
+}
+
 // calendarMargin is how long a calendar counter's key outlives its
 // period: instances whose clocks are a little behind still read it.
 const calendarMargin = time.Hour
@@ -388,27 +408,28 @@ func (s *Redis) run(ctx context.Context, sh *redisShard, hits []Hit, now time.Ti
 	}
 	keys := s.counterKeys(hits, marks != marksNone)
 	caller := hits
-	args := make([]any, 0, 7+6*len(hits))
+	args := make([]any, 0, 7+5*len(hits))
 	args = append(args, len(hits), s.clock(now), int(mode), maxSlots, int(marks), markFor.Milliseconds())
 	for i := range hits {
 		h := &hits[i]
 		limit, burst := h.Limits()
-		shadow := 0
-		if h.Rule.Shadow {
-			shadow = 1
-		}
-		if h.Rule.Algorithm == Calendar {
+		alg := decideArg(h.Rule)
+		switch h.Rule.Algorithm {
+		case Calendar:
 			// The period's start (unix s) and how long the key lives,
 			// in s, from now to the period's end and a margin (relative:
 			// the script's clock may not be now's): the script does no
 			// calendar arithmetic.
 			p := periodOf(h.Rule, now)
-			args = append(args, "c", shadow, limit, p.start, h.Cost, ceilSeconds(p.left+calendarMargin))
-			continue
+			args = append(args, alg, limit, p.start, h.Cost, ceilSeconds(p.left+calendarMargin))
+		case TokenBucket:
+			args = append(args, alg, limit, h.Rule.Window.Microseconds(), h.Cost, burst)
+		default:
+			args = append(args, alg, limit, h.Rule.Window.Microseconds(), h.Cost)
 		}
-		args = append(args, algorithmArg(h.Rule.Algorithm), shadow, limit, h.Rule.Window.Microseconds(), h.Cost, burst)
 	}
 	var clamped []int // the clamping hits, in the order of their arguments
+	outCap := int64(-1)
 	if maxOut, minOut, ok := clampBounds(hits); ok {
 		for i := range hits {
 			if hits[i].clamps() {
@@ -427,27 +448,32 @@ func (s *Redis) run(ctx context.Context, sh *redisShard, hits []Hit, now time.Ti
 	if err != nil {
 		return false, fmt.Errorf("redis decision: %w", err)
 	}
-	res, ok := reply.([]any)
+	res, ok := reply.(string)
 	if !ok {
 		return false, fmt.Errorf("redis decision: unexpected reply %T", reply)
 	}
-	tail := 2 + 6*len(hits)
-	if len(res) != tail+1+len(clamped) {
-		return false, fmt.Errorf("redis decision: %d values returned for %d hits", len(res), len(hits))
-	}
-	outCap, _ := res[tail].(int64)
-	if outCap >= 0 {
-		// The clamping hits were charged their lowered cost: the
-		// decisions are read at it.
-		hits = append([]Hit(nil), hits...)
-		for j, i := range clamped {
-			hits[i].Cost, _ = res[tail+1+j].(int64)
+	if len(clamped) > 0 {
+		// After the hits: the output the script lowered the batch to
+		// (-1: none), then what each clamping hit was charged.
+		tail := 8 * (2 + 6*len(hits))
+		if len(res) != tail+8*(1+len(clamped)) {
+			return false, fmt.Errorf("redis decision: %d bytes returned for %d hits", len(res), len(hits))
 		}
+		outCap = int64(replyValue(res[tail:], 0))
+		if outCap >= 0 {
+			// The clamping hits were charged their lowered cost: the
+			// decisions are read at it.
+			hits = append([]Hit(nil), hits...)
+			for j, i := range clamped {
+				hits[i].Cost = int64(replyValue(res[tail:], 1+j))
+			}
+		}
+		res = res[:tail]
 	}
-	if err := decodeReply(res[:tail], hits, now, mode, out, recs); err != nil {
+	allowed, err := decodeReply(res, hits, now, mode, out, recs)
+	if err != nil {
 		return false, fmt.Errorf("redis decision: %w", err)
 	}
-	allowed := res[0] == int64(1)
 	for _, i := range clamped {
 		out[i].Output = hits[i].Clamp.Max
 		if outCap >= 0 {
@@ -500,23 +526,32 @@ func (s *Redis) exec(ctx context.Context, sh *redisShard, script *redis.Script, 
 	return res, nil
 }
 
+// replyValue is the i-th number of redis.lua's reply (a double, little
+// endian).
+func replyValue(res string, i int) float64 {
+	b := res[8*i : 8*i+8]
+	return math.Float64frombits(uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56)
+}
+
 // decodeReply fills out (and recs) from redis.lua's reply for hits
-// decided in mode. A token bucket's numbers are computed here from the
-// state the script read, with the arithmetic Memory uses.
-func decodeReply(res []any, hits []Hit, at time.Time, mode scriptMode, out []Decision, recs []int64) error {
+// decided in mode, and returns the batch's verdict. A token bucket's
+// numbers are computed here from the state the script read, with the
+// arithmetic Memory uses.
+func decodeReply(res string, hits []Hit, at time.Time, mode scriptMode, out []Decision, recs []int64) (bool, error) {
 	const per = 6
-	if len(res) != 2+per*len(hits) {
-		return fmt.Errorf("%d values returned for %d hits", len(res), len(hits))
+	if len(res) != 8*(2+per*len(hits)) {
+		return false, fmt.Errorf("%d bytes returned for %d hits", len(res), len(hits))
 	}
-	batch, _ := res[0].(int64)
-	now, _ := res[1].(int64)
+	batch := replyValue(res, 0) == 1
+	now := int64(replyValue(res, 1))
 	for i := range hits {
-		r := res[2+per*i:]
+		v := func(j int) float64 { return replyValue(res, 2+per*i+j) }
 		h := &hits[i]
 		limit, burst := h.Limits()
-		allowed, _ := r[0].(int64)
-		pending := allowed < 0 // refused by a counter holding charges that may be rolled back
-		rec, _ := r[1].(int64)
+		verdict := v(0)
+		pending := verdict < 0 // refused by a counter holding charges that may be rolled back
+		rec := int64(v(1))
 		if recs != nil {
 			recs[i] = rec
 		}
@@ -524,81 +559,70 @@ func decodeReply(res []any, hits []Hit, at time.Time, mode scriptMode, out []Dec
 		if rec != 0 {
 			ticket = Ticket{rec: rec, set: true}
 		}
-		if h.Rule.Algorithm == Calendar {
+		switch h.Rule.Algorithm {
+		case Calendar:
 			// The count the script read in the period it counted in (a
 			// later one than at's, for a clock behind another
 			// instance's), and that period's start.
-			count, _ := r[2].(int64)
+			count := int64(v(2))
 			p := periodOf(h.Rule, at)
 			d := calendarDecide(&p, count, h.Cost, limit)
-			d.Allowed = allowed == 1
+			d.Allowed = verdict == 1
 			if !d.Allowed && d.RetryAfter == 0 {
 				d.RetryAfter = p.left
 			}
-			if batch == 1 && mode != modeRefused && d.Allowed && h.Cost > 0 {
+			if batch && mode != modeRefused && d.Allowed && h.Cost > 0 {
 				calendarTake(&p, count, h.Cost, limit, &d)
 			}
 			if rec != 0 {
-				ticket.at, _ = r[3].(int64) // when the counter was made
+				ticket.at = int64(v(3)) // when the counter was made
 			}
 			d.Ticket = ticket
 			d.pending = pending
 			out[i] = d
-			continue
-		}
-		if h.Rule.Algorithm == TokenBucket {
-			state, _ := r[2].(string)
+		case TokenBucket:
 			p := newBucketParams(h.Rule.Window, limit, burst)
-			tokens, last := bucketState(&p, state, now)
+			tokens, last := bucketState(&p, v(2), v(3), now)
 			d, level := p.decide(tokens, last, now, h.Cost)
-			if d.Allowed != (allowed == 1) {
+			if d.Allowed != (verdict == 1) {
 				// Cannot happen (the same IEEE operations on both sides);
 				// the script's verdict is what was recorded.
-				d.Allowed = allowed == 1
+				d.Allowed = verdict == 1
 				d.RetryAfter = 0
 				if !d.Allowed {
 					d.RetryAfter = time.Microsecond
 				}
 			}
-			if batch == 1 && mode != modeRefused && d.Allowed && h.Cost > 0 {
+			if batch && mode != modeRefused && d.Allowed && h.Cost > 0 {
 				p.take(level, last, now, h.Cost, &d)
 			}
 			d.Ticket = ticket
 			d.pending = pending
 			out[i] = d
-			continue
-		}
-		var v [4]int64
-		for j := range v {
-			v[j], _ = r[2+j].(int64)
-		}
-		if rec != 0 {
-			// The time the admission was counted at: its reset after is
-			// that time's window end.
-			ticket.at = now + v[2] - h.Rule.Window.Microseconds()
-		}
-		out[i] = Decision{
-			Allowed:    allowed == 1,
-			Limit:      limit,
-			Remaining:  v[0],
-			RetryAfter: micros(v[1]),
-			ResetAfter: micros(v[2]),
-			NextAfter:  micros(v[3]),
-			Ticket:     ticket,
-			pending:    pending,
+		default:
+			if rec != 0 {
+				ticket.at = rec // the time the admission was counted at
+			}
+			out[i] = Decision{
+				Allowed:    verdict == 1,
+				Limit:      limit,
+				Remaining:  int64(v(2)),
+				RetryAfter: micros(int64(v(3))),
+				ResetAfter: micros(int64(v(4))),
+				NextAfter:  micros(int64(v(5))),
+				Ticket:     ticket,
+				pending:    pending,
+			}
 		}
 	}
-	return nil
+	return batch, nil
 }
 
-// bucketState parses a bucket's stored state, "tokens last" as redis.lua
-// writes it, clamped to p's burst; "" (or anything unreadable, as the
-// script also reads it) is a fresh bucket, full at now.
-func bucketState(p *bucketParams, state string, now int64) (float64, int64) {
-	t, l, ok := strings.Cut(state, " ")
-	tokens, err1 := strconv.ParseFloat(t, 64)
-	last, err2 := strconv.ParseFloat(l, 64)
-	if !ok || err1 != nil || err2 != nil {
+// bucketState is a bucket's state as redis.lua read it (tokens, NaN for
+// a fresh bucket, at last, µs), clamped to p's burst; a fresh bucket is
+// full at now.
+func bucketState(p *bucketParams, tokens, last float64, now int64) (float64, int64) {
+	if math.IsNaN(tokens) {
 		return p.burst, now
 	}
 	return min(tokens, p.burst), int64(last)

@@ -103,7 +103,7 @@ func (p *RedisPlaces) Close() {
 
 // setKey is the sorted set of (rule, key)'s places.
 func (p *RedisPlaces) setKey(h *Hit) string {
-	return p.o.Prefix + "{" + h.Rule.Name + "|" + h.Key.s + "}:l"
+	return p.o.Prefix + "{" + h.Rule.Name + "|" + h.Key.s + "}:f"
 }
 
 func (p *RedisPlaces) member(seq int64) string {
@@ -367,7 +367,7 @@ func (p *RedisPlaces) Top(ctx context.Context, q TopQuery, _ time.Time) (TopResu
 		return TopResult{}, err
 	}
 	head := p.o.Prefix + "{" + q.Rule.Name + "|"
-	const tail = "}:l"
+	const tail = "}:f"
 	match := globEscape(head) + "*" + globEscape(tail)
 	deadline := time.Now().Add(100 * time.Millisecond)
 	var (

@@ -56,7 +56,7 @@ func take(t *testing.T, p limits.Places, key string, rules ...*limits.Rule) ([]l
 
 func inUse(t *testing.T, client redis.UniversalClient, prefix string, r *limits.Rule, key string) int64 {
 	t.Helper()
-	n, err := client.ZCard(context.Background(), prefix+"{"+r.Name+"|"+limits.KeyOf("caller", key).String()+"}:l").Result()
+	n, err := client.ZCard(context.Background(), prefix+"{"+r.Name+"|"+limits.KeyOf("caller", key).String()+"}:f").Result()
 	if err != nil {
 		t.Fatal(err)
 	}

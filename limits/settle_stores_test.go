@@ -234,7 +234,7 @@ func TestRedisClusterSettleSurvivesADeadMaster(t *testing.T) {
 		}
 		ss = append(ss, limits.Settlement{Hit: hit, Ticket: out[0].Ticket, Actual: 20})
 	}
-	c.Kill(c.MasterOf("settledead:{w|caller=" + keys[0] + "}:z"))
+	c.Kill(c.MasterOf("settledead:{w|caller=" + keys[0] + "}:w"))
 	start := time.Now()
 	if err := s.Settle(context.Background(), ss, time.Now()); err == nil {
 		t.Fatal("settling on a dead master succeeded")
@@ -257,7 +257,7 @@ func TestRedisSettleKeysExpire(t *testing.T) {
 	s := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: "settlettl:", Timeout: time.Second, ClientClock: true})
 	t.Cleanup(s.Close)
 	ctx := context.Background()
-	keys := []string{"settlettl:{w|caller=k}:z", "settlettl:{w|caller=k}:h", "settlettl:{b|caller=k}:b"}
+	keys := []string{"settlettl:{w|caller=k}:w", "settlettl:{b|caller=k}:b"}
 	for _, r := range []*limits.Rule{sw("w", 10, time.Minute), tb("b", 10, time.Minute, 10)} {
 		hit := limits.Hit{Rule: r, Key: limits.KeyOf("caller", "k"), Cost: 2}
 		out := make([]limits.Decision, 1)

@@ -18,7 +18,7 @@ import (
 
 // redisKeyOf is the Redis key of an API key's chat_rpm counter.
 func redisKeyOf(apiKey string) string {
-	return "ratelimit-proxy:{chat_rpm|caller=" + keyHash(apiKey) + "}:z"
+	return "ratelimit-proxy:{chat_rpm|caller=" + keyHash(apiKey) + "}:w"
 }
 
 // callersOn returns n API keys whose counters live on master (or, with
