@@ -359,8 +359,6 @@ func (c *Config) validateGroups() []error {
 				bad("fair_by", g.FairBy, "must not read the body (caller, api_key, ip, tier, header:, query: or jwt: …)")
 			case g.FairBy == "tier" && !c.plans():
 				bad("fair_by", g.FairBy, "needs tier_from or api_keys_file (where a caller's plan comes from)")
-			case c.RedisURL != "":
-				bad("fair_by", g.FairBy, "not yet shared on Redis: fair share works with the in-memory state only (leave redis_url unset or fair_by out)")
 			}
 		}
 		for _, plan := range slices.Sorted(maps.Keys(g.FairWeights)) {

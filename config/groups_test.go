@@ -100,6 +100,10 @@ func TestUpstreamGroupFair(t *testing.T) {
 			t.Errorf("fair_by %q: %v", part, err)
 		}
 	}
+	// Shared on Redis too.
+	if _, err := loadRules(t, "redis_url = \"redis://127.0.0.1:1\"\n[[upstream_group]]\nname = \"chat\"\nfair_by = \"caller\"\n", nil); err != nil {
+		t.Errorf("fair_by with redis_url: %v", err)
+	}
 }
 
 // Every bad field is one line naming the group and the field.
@@ -178,7 +182,6 @@ func TestUpstreamGroupErrors(t *testing.T) {
 		{g + "fair_by = \"json:user\"\n", `upstream_group "chat": fair_by "json:user": must not read the body (caller, api_key, ip, tier, header:, query: or jwt: …)`},
 		{g + "fair_by = \"model\"\n", `upstream_group "chat": fair_by "model": must not read the body (caller, api_key, ip, tier, header:, query: or jwt: …)`},
 		{g + "fair_by = \"tier\"\n", `upstream_group "chat": fair_by "tier": needs tier_from or api_keys_file (where a caller's plan comes from)`},
-		{"redis_url = \"redis://127.0.0.1:1\"\n" + g + "fair_by = \"caller\"\n", `upstream_group "chat": fair_by "caller": not yet shared on Redis: fair share works with the in-memory state only (leave redis_url unset or fair_by out)`},
 		{g + "fair_weights = 3\n", `upstream_group "chat": fair_weights 3: not a table { pro = 3, free = 1 }`},
 		{g + "fair_weights = { pro = 1.5 }\n", `upstream_group "chat": fair_weights.pro 1.5: not an integer`},
 		{"tier_from = \"header:X-Plan\"\n" + g + "fair_weights = { pro = 0 }\n", `upstream_group "chat": fair_weights.pro 0: must be an integer from 1 to 1000`},

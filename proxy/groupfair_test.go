@@ -9,6 +9,13 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/config"
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/redistest"
+	"github.com/ratelimit-proxy/ratelimit-proxy/proxy"
+	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/gate"
 )
 
 // gatekeeper is an upstream that holds every request until told to
@@ -34,6 +41,18 @@ func (k *gatekeeper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // hold back another team's single request by more than one turn, and a
 // pro plan (weight 3) takes three turns for the free plan's one.
 func TestGroupFairShare(t *testing.T) {
+	t.Run("memory", func(t *testing.T) { testGroupFairShare(t, func(*config.Config, *proxy.Options) {}) })
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Start(t)
+		client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+		t.Cleanup(func() { client.Close() })
+		testGroupFairShare(t, func(_ *config.Config, o *proxy.Options) {
+			o.GateRedis = &gate.RedisOptions{Client: client, Prefix: "fair:", Timeout: time.Second, Instances: 1}
+		})
+	})
+}
+
+func testGroupFairShare(t *testing.T, shared option) {
 	k := &gatekeeper{go1: make(chan struct{}), in: make(chan struct{}, 100)}
 	up := httptest.NewServer(k)
 	t.Cleanup(up.Close)
@@ -45,7 +64,7 @@ name = "chat"
 max_in_flight = 1
 fair_by = "header:X-Team"
 fair_weights = { pro = 3 }
-`)
+`, shared)
 	var wg sync.WaitGroup
 	t.Cleanup(wg.Wait)
 	t.Cleanup(func() { close(k.go1) }) // first: whatever still waits at the upstream answers
@@ -91,6 +110,9 @@ fair_weights = { pro = 3 }
 	queued(20)
 	send("alice", "free")
 	queued(21)
+	if n := gauge(t, f, "ratelimit_proxy_upstream_queue_fair_keys", "group=chat,priority=default"); n != 2 {
+		t.Fatalf("fair keys waiting %v, want 2 (batch and alice)", n)
+	}
 	step()
 	step()
 	k.mu.Lock()
@@ -127,5 +149,4 @@ fair_weights = { pro = 3 }
 	for range 16 {
 		step()
 	}
-
 }

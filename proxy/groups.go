@@ -81,7 +81,7 @@ func newGroups(c *config.Config, now func() time.Time, m *gate.Metrics, ro *gate
 		}
 		o := gate.Options{Name: cg.Name, MaxInFlight: cg.MaxInFlight, Rate: cg.Rate, Per: cg.Per, Queue: cg.Queue,
 			MaxWait: cg.MaxWait, Priorities: cg.Priorities, Retries: int(cg.Retries), MaxBackoff: cg.MaxBackoff,
-			Now: now, Metrics: m}
+			Fair: cg.FairBy != "", Now: now, Metrics: m}
 		if a := cg.Adaptive; a != nil {
 			o.Adaptive = &gate.Adaptive{Start: a.Start, Increase: a.Increase, Decrease: a.Decrease, Ceiling: a.Ceiling,
 				Every: a.Every, Hold: a.Hold}

@@ -32,6 +32,7 @@ type Options struct {
 	Retries     int           // retries of an upstream 429/503
 	MaxBackoff  time.Duration // longest backoff before one retry, after the pause
 	Adaptive    *Adaptive     // nil: off
+	Fair        bool          // fair_by is set: the fair-keys gauge is exported
 	// BaseBackoff is the first retry's backoff ceiling (doubling from
 	// there up to MaxBackoff); 500 ms when 0.
 	BaseBackoff time.Duration
@@ -234,6 +235,7 @@ type waiter struct {
 	// requests per turn (its plan's fair_weights entry, ≥ 1).
 	fair   string
 	weight int
+	fairOn bool // fair_by is set (the Redis backend queues by place in turns)
 	// The memory backend's queue links, guarded by its lock.
 	prev, next *waiter
 	lane       *lane
@@ -264,9 +266,9 @@ type Fair struct {
 	Weight int
 }
 
-// AcquireFair is Acquire for a request with a fair key. Fair share is
-// the memory backend's: a Redis group queues by priority then arrival
-// whatever the key (the configuration refuses fair_by with Redis).
+// AcquireFair is Acquire for a request with a fair key: in memory the
+// waiters of a priority take turns by deficit round robin (fair.go), on
+// Redis by start-time fair queueing (gate.lua), the same order.
 func (g *Group) AcquireFair(ctx context.Context, prio int, fair Fair, deadline time.Time) (*Ticket, error) {
 	if prio < 0 || prio >= len(g.o.Priorities) {
 		prio = len(g.o.Priorities) - 1
@@ -274,7 +276,7 @@ func (g *Group) AcquireFair(ctx context.Context, prio int, fair Fair, deadline t
 	start := g.now()
 	t := &Ticket{g: g, Arrived: start} // one allocation for the ticket and its waiter
 	w := &t.w
-	w.prio, w.fair, w.weight = prio, fair.Key, max(fair.Weight, 1)
+	w.prio, w.fair, w.weight, w.fairOn = prio, fair.Key, max(fair.Weight, 1), fair != Fair{}
 	res, err := g.b.enter(ctx, w, start)
 	if err != nil {
 		return nil, err
@@ -389,6 +391,15 @@ func (g *Group) InFlight() int64 { return g.flying.Load() }
 // Waiting is how many requests of priority prio wait on this instance.
 func (g *Group) Waiting(prio int) int64 { return g.waiting[prio].Load() }
 
+// FairKeys is how many fair keys (values of fair_by) have requests of
+// priority prio waiting on this instance: the callers taking turns.
+func (g *Group) FairKeys(prio int) int {
+	if prio < 0 || prio >= len(g.o.Priorities) {
+		return 0
+	}
+	return g.b.fairKeys(prio)
+}
+
 // throttled records an upstream 429 or 503 answer to a request sent at
 // sent: the group pauses for pause (at least), and a 429 lowers the
 // adaptive rate. It returns the pause remaining.
@@ -468,6 +479,9 @@ type backend interface {
 	throttle(ctx context.Context, w *waiter, t throttle, now time.Time) (time.Duration, error)
 	resend(ctx context.Context, w *waiter, attempt int, now time.Time) (time.Duration, error)
 	snapshot(now time.Time) snapshot
+	// fairKeys is how many fair keys have requests of priority prio
+	// waiting on this instance.
+	fairKeys(prio int) int
 	// update puts new limits in force and grants the waiters they make
 	// room for.
 	update(o Options, now time.Time)

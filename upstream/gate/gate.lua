@@ -2,13 +2,15 @@
 --
 -- KEYS (one hash tag: one slot on a Cluster)
 --   1 f  in-flight leases: zset id → expiry ms
---   2 q  the queue: zset id → priority × 1e13 + arrival ms
+--   2 q  the queue: zset id → priority × 2^49 + place (below)
 --   3 l  the queue's liveness: zset id → expiry ms
 --   4 r  the outbound rate's sends: zset member → send ms
 --   5 s  hash: p (pause until ms), fa mk hd ld (adaptive factor ppm, clean
 --        period start, hold end, last decrease), cf (the group's limits:
 --        ARGV 3..7 and 9..14 as the instance that loaded them last sent
 --        them, space-separated)
+--   6 v  fair share's hash (fair_by; below): v<prio>, f<prio>:<key>,
+--        c<prio>:<key>, w<id>
 -- ARGV
 --   1 op: enter | grant | leave | release | throttle | resend | renew | drop | conf
 --   2 now in ms, or "" for Redis's clock
@@ -20,8 +22,26 @@
 -- The limits (3..7, 9..14) are this instance's; those stored in cf, the
 -- ones loaded last on any instance, take their place (conf stores them).
 -- Every reply ends with the factor (ppm) and the pause remaining (ms).
+--
+-- The queue's score is priority × 2^49 plus a place within the priority
+-- (2^49 ms is 17,000 years: places never reach the next priority, and
+-- every score is an exact double). Without fair share the place is the
+-- arrival time, ms. With it (fair_by: enter names the waiter's fair key
+-- and weight) the place is a virtual time, start-time fair queueing: a
+-- key with nothing queued starts at the priority's virtual time v (the
+-- place of the waiter granted last), each further waiter of that key
+-- 1000/weight after the key's previous one (f: where its next starts).
+-- So a newcomer is served before every backlogged key's next waiter
+-- (behind at most one turn), a lone key is served as fast as slots free
+-- (the order only ranks waiters), and weights 3:1 interleave 3:1. v
+-- starts at the time, ms, so the first fair waiters queue behind those
+-- that came before fair share was turned on. Each queued waiter's key is
+-- kept (w<id>) and counted (c), so that a key whose waiters all left
+-- starts afresh at v, not behind its own abandoned places; the hash
+-- holds only keys with waiters.
 
-local f, q, l, r, s = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local f, q, l, r, s, v = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local PRIO = 562949953421312 -- 2^49
 local op = ARGV[1]
 local now = tonumber(ARGV[2])
 if not now then
@@ -53,6 +73,29 @@ if op == 'conf' or op == 'renew' then
 	redis.call('PEXPIRE', s, STATE_TTL)
 end
 
+-- A waiter out of the queue (granted, gone, dead) leaves its fair key's
+-- count; a key without waiters leaves the hash. Granted, its place
+-- becomes its priority's virtual time.
+local function unfair(id, place)
+	local wk = 'w' .. id
+	local pk = redis.call('HGET', v, wk)
+	if not pk then
+		return
+	end
+	redis.call('HDEL', v, wk)
+	if place then
+		local prio = tonumber(string.match(pk, '^(%d+):'))
+		local vk = 'v' .. prio
+		local at = place - prio * PRIO
+		if at > (tonumber(redis.call('HGET', v, vk)) or -1) then
+			redis.call('HSET', v, vk, at)
+		end
+	end
+	if redis.call('HINCRBY', v, 'c' .. pk, -1) <= 0 then
+		redis.call('HDEL', v, 'c' .. pk, 'f' .. pk)
+	end
+end
+
 -- Before a decision: expired leases and waiters of dead instances go,
 -- and sends that have left the rate's window.
 if op == 'enter' or op == 'grant' then
@@ -61,6 +104,9 @@ if op == 'enter' or op == 'grant' then
 	if #dead > 0 then
 		redis.call('ZREM', q, unpack(dead))
 		redis.call('ZREM', l, unpack(dead))
+		for _, id in ipairs(dead) do
+			unfair(id, nil)
+		end
 	end
 	if rate > 0 then
 		redis.call('ZREMRANGEBYSCORE', r, '-inf', now - per)
@@ -129,17 +175,44 @@ local function take(id)
 	end
 end
 
-local function enqueue(id, prio)
-	redis.call('ZADD', q, prio * 1e13 + now, id)
+-- The score a waiter of priority prio would queue at: with a fair key
+-- (fk not false), its place in turns and the key's field name.
+local function place(prio, fk, weight)
+	if not fk then
+		return prio * PRIO + now
+	end
+	local pk = prio .. ':' .. fk
+	local vt = tonumber(redis.call('HGET', v, 'v' .. prio))
+	if not vt then
+		vt = now
+		redis.call('HSET', v, 'v' .. prio, vt)
+		redis.call('PEXPIRE', v, lease * 2)
+	end
+	local start = vt
+	if redis.call('HEXISTS', v, 'c' .. pk) == 1 then
+		start = math.max(vt, tonumber(redis.call('HGET', v, 'f' .. pk)) or vt)
+	end
+	return prio * PRIO + start, pk, start + 1000 / weight
+end
+
+local function enqueue(id, score, pk, nextf)
+	redis.call('ZADD', q, score, id)
 	redis.call('ZADD', l, now + lease, id)
 	redis.call('PEXPIRE', q, lease * 2)
 	redis.call('PEXPIRE', l, lease * 2)
+	if pk then
+		redis.call('HSET', v, 'w' .. id, pk, 'f' .. pk, nextf)
+		redis.call('HINCRBY', v, 'c' .. pk, 1)
+		redis.call('PEXPIRE', v, lease * 2)
+	end
 end
 
 if op == 'enter' then
-	-- ARGV 16 id, 17 priority. Reply: outcome (0 granted, 1 queued,
-	-- 2 queue full, 3 paused past max wait), hint ms.
+	-- ARGV 16 id, 17 priority, with fair share 18 the fair key and 19
+	-- its weight. Reply: outcome (0 granted, 1 queued, 2 queue full,
+	-- 3 paused past max wait), hint ms.
 	local id, prio = ARGV[16], tonumber(ARGV[17])
+	local fk, weight = ARGV[18] or false, tonumber(ARGV[19]) or 1
 	if pause > now then
 		if pause - now > maxwait then
 			return {3, pause - now, factor(), left()}
@@ -147,11 +220,12 @@ if op == 'enter' then
 		if redis.call('ZCARD', q) >= qcap then
 			return {2, pause - now, factor(), left()}
 		end
-		enqueue(id, prio)
+		enqueue(id, place(prio, fk, weight))
 		return {1, pause - now, factor(), left()}
 	end
 	local free, rfree, nxt = room()
-	local ahead = redis.call('ZCOUNT', q, '-inf', prio * 1e13 + now)
+	local score, pk, nextf = place(prio, fk, weight)
+	local ahead = redis.call('ZCOUNT', q, '-inf', score)
 	if ahead < math.min(free, rfree) then
 		take(id)
 		return {0, 0, factor(), 0}
@@ -163,7 +237,7 @@ if op == 'enter' then
 	if redis.call('ZCARD', q) >= qcap then
 		return {2, hint, factor(), 0}
 	end
-	enqueue(id, prio)
+	enqueue(id, score, pk, nextf)
 	return {1, hint, factor(), 0}
 elseif op == 'grant' then
 	-- ARGV 16 this instance's id prefix. The waiters at the head of the
@@ -177,11 +251,13 @@ elseif op == 'grant' then
 	local n = math.min(free, rfree, 1000)
 	local got = {}
 	if n > 0 then
-		local heads = redis.call('ZRANGE', q, 0, n - 1)
-		for _, id in ipairs(heads) do
+		local heads = redis.call('ZRANGE', q, 0, n - 1, 'WITHSCORES')
+		for i = 1, #heads, 2 do
+			local id = heads[i]
 			if string.sub(id, 1, #prefix) == prefix then
 				redis.call('ZREM', q, id)
 				redis.call('ZREM', l, id)
+				unfair(id, tonumber(heads[i + 1]))
 				take(id)
 				got[#got + 1] = id
 			end
@@ -199,6 +275,7 @@ elseif op == 'leave' then
 	local id = ARGV[16]
 	if redis.call('ZREM', q, id) == 1 then
 		redis.call('ZREM', l, id)
+		unfair(id, nil)
 		return {1, 0, factor(), left()}
 	end
 	if redis.call('ZSCORE', f, id) then
@@ -250,7 +327,9 @@ elseif op == 'resend' then
 elseif op == 'drop' then
 	-- ARGV 16 id: whatever a failed step left for it (a place, a slot).
 	local id = ARGV[16]
-	redis.call('ZREM', q, id)
+	if redis.call('ZREM', q, id) == 1 then
+		unfair(id, nil)
+	end
 	redis.call('ZREM', l, id)
 	if redis.call('ZREM', f, id) == 1 and redis.call('ZCARD', q) > 0 then
 		redis.call('PUBLISH', channel, '1')
@@ -279,6 +358,7 @@ elseif op == 'renew' then
 		redis.call('PEXPIRE', f, lease * 2)
 		redis.call('PEXPIRE', q, lease * 2)
 		redis.call('PEXPIRE', l, lease * 2)
+		redis.call('PEXPIRE', v, lease * 2)
 	end
 	return {0, 0, factor(), left()}
 end

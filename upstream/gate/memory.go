@@ -260,6 +260,12 @@ func (m *memory) unhold(now time.Time) {
 	m.dispatch(millis(now))
 }
 
+func (m *memory) fairKeys(prio int) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.qs[prio].lanes()
+}
+
 func (m *memory) snapshot(now time.Time) snapshot {
 	n := millis(now)
 	m.mu.Lock()

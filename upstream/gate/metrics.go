@@ -19,7 +19,7 @@ type Metrics struct {
 	retriesN  *prometheus.CounterVec
 	goneN     *prometheus.CounterVec
 
-	inFlight, depth, factor, pause *prometheus.Desc
+	inFlight, depth, fairKeys, factor, pause *prometheus.Desc
 
 	mu     sync.Mutex
 	groups map[*Group]struct{}
@@ -53,6 +53,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			"Requests of the group at the upstream now, from this instance.", []string{"group"}, nil),
 		depth: prometheus.NewDesc("ratelimit_proxy_upstream_queue_depth",
 			"Requests of the group waiting in the queue on this instance, by priority.", []string{"group", "priority"}, nil),
+		fairKeys: prometheus.NewDesc("ratelimit_proxy_upstream_queue_fair_keys",
+			"Callers (values of the group's fair_by) with requests waiting on this instance, by priority: the callers taking turns.", []string{"group", "priority"}, nil),
 		factor: prometheus.NewDesc("ratelimit_proxy_upstream_adaptive_factor",
 			"The adaptive factor of the group's rate (1 without adaptive).", []string{"group"}, nil),
 		pause: prometheus.NewDesc("ratelimit_proxy_upstream_pause_remaining_seconds",
@@ -71,6 +73,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.inFlight
 	ch <- m.depth
+	ch <- m.fairKeys
 	ch <- m.factor
 	ch <- m.pause
 }
@@ -88,6 +91,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.inFlight, prometheus.GaugeValue, float64(g.InFlight()), name)
 		for i, p := range g.o.Priorities {
 			ch <- prometheus.MustNewConstMetric(m.depth, prometheus.GaugeValue, float64(g.Waiting(i)), name, p)
+			if g.opts().Fair {
+				ch <- prometheus.MustNewConstMetric(m.fairKeys, prometheus.GaugeValue, float64(g.FairKeys(i)), name, p)
+			}
 		}
 		s := g.Snapshot()
 		ch <- prometheus.MustNewConstMetric(m.factor, prometheus.GaugeValue, s.Factor, name)

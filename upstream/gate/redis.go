@@ -73,7 +73,7 @@ func NewRedis(o Options, ro RedisOptions) (*Group, error) {
 	tag := ro.Prefix + "{gate:" + g.o.Name + "}:"
 	b := &redisBackend{
 		ro: ro, now: g.o.Now, script: redis.NewScript(gateScript),
-		keys:     []string{tag + "f", tag + "q", tag + "l", tag + "r", tag + "s"},
+		keys:     []string{tag + "f", tag + "q", tag + "l", tag + "r", tag + "s", tag + "v"},
 		channel:  ro.Prefix + "gate:" + g.o.Name,
 		instance: hex.EncodeToString(id[:]) + ":",
 		waiting:  map[string]*waiter{}, held: map[string]struct{}{},
@@ -219,7 +219,13 @@ func (b *redisBackend) enter(ctx context.Context, w *waiter, now time.Time) (ent
 	b.mu.Lock()
 	b.waiting[w.id] = w // before the step: the dispatcher may grant it at once
 	b.mu.Unlock()
-	v, err := b.run(ctx, "enter", now, w.id, w.prio)
+	var v []any
+	var err error
+	if w.fairOn {
+		v, err = b.run(ctx, "enter", now, w.id, w.prio, w.fair, w.weight)
+	} else {
+		v, err = b.run(ctx, "enter", now, w.id, w.prio)
+	}
 	if err != nil {
 		if !errors.Is(err, errDown) {
 			// The step may have run on Redis all the same (a timeout):
@@ -401,6 +407,20 @@ func (b *redisBackend) resend(ctx context.Context, w *waiter, attempt int, now t
 	}
 	wait, _ := v[1].(int64)
 	return time.Duration(wait) * time.Millisecond, nil
+}
+
+// fairKeys counts the fair keys of this instance's waiters on Redis
+// (their number is bounded by the queue) and of those in the fallback.
+func (b *redisBackend) fairKeys(prio int) int {
+	keys := map[string]struct{}{}
+	b.mu.Lock()
+	for _, w := range b.waiting {
+		if w.prio == prio && w.fairOn && !w.local {
+			keys[w.fair] = struct{}{}
+		}
+	}
+	b.mu.Unlock()
+	return len(keys) + b.local.fairKeys(prio)
 }
 
 func (b *redisBackend) snapshot(now time.Time) snapshot {
