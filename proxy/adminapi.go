@@ -145,6 +145,9 @@ type ruleView struct {
 	Cost          string         `json:"cost"`
 	Output        string         `json:"output,omitempty"`     // total_tokens and usd rules: "reserve" or "clamp"
 	MinOutput     int64          `json:"min_output,omitempty"` // clamping rules
+	// OutputReserve is what a request naming no output cap reserves on
+	// a total_tokens or usd rule: a number of tokens, or "learned".
+	OutputReserve any `json:"output_reserve,omitempty"`
 	Action        string         `json:"action"`
 	MaxDelay      string         `json:"max_delay,omitempty"`
 	Tiers         map[string]any `json:"tiers,omitempty"`
@@ -190,6 +193,10 @@ func (pol *policy) view(ru *rule) ruleView {
 		Action: c.Action}
 	if ru.cost.settles() {
 		v.Output = config.OutputReserve
+		v.OutputReserve = pol.cfg.OutputTokenReserve
+		if pol.cfg.OutputReserveLearned {
+			v.OutputReserve = config.OutputReserveLearned
+		}
 		if ru.clamp {
 			v.Output, v.MinOutput = config.OutputClamp, ru.minOutput
 		}
@@ -265,7 +272,35 @@ func (p *Proxy) adminRules(w http.ResponseWriter, _ *http.Request) {
 	for _, ru := range pol.rules {
 		out = append(out, pol.view(ru))
 	}
-	writeAdminJSON(w, http.StatusOK, map[string]any{"rules": out})
+	groups := make([]groupView, 0, len(pol.cfg.UpstreamGroups))
+	for i := range pol.cfg.UpstreamGroups {
+		groups = append(groups, groupViewOf(&pol.cfg.UpstreamGroups[i], pol.cfg.ProtectedPaths))
+	}
+	writeAdminJSON(w, http.StatusOK, map[string]any{"rules": out, "upstream_groups": groups})
+}
+
+// groupView is an upstream group's limits and turns (GET /admin/rules).
+type groupView struct {
+	Name        string           `json:"name"`
+	Paths       []string         `json:"paths"`
+	MaxInFlight int64            `json:"max_in_flight"`
+	Rate        int64            `json:"rate"`
+	Per         string           `json:"per"`
+	Queue       int64            `json:"queue"`
+	MaxWait     string           `json:"max_wait"`
+	Priorities  []string         `json:"priorities"`
+	FairBy      string           `json:"fair_by"`
+	FairWeights map[string]int64 `json:"fair_weights,omitempty"`
+}
+
+func groupViewOf(g *config.UpstreamGroup, protected []string) groupView {
+	v := groupView{Name: g.Name, Paths: g.Paths, MaxInFlight: g.MaxInFlight, Rate: g.Rate, Per: durationString(g.Per),
+		Queue: g.Queue, MaxWait: durationString(g.MaxWait), Priorities: g.Priorities, FairBy: g.FairBy,
+		FairWeights: g.FairWeights}
+	if v.Paths == nil {
+		v.Paths = protected
+	}
+	return v
 }
 
 // ruleOf finds the {rule} of the path, answering 404 when there is none.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -102,6 +103,11 @@ fair_weights = { pro = 3 }
 			t.Fatal("no request reached the upstream")
 		}
 	}
+	_, rules := f.adminDo(t, "GET", "/admin/rules", "", "")
+	if gs, _ := rules["upstream_groups"].([]any); len(gs) != 1 ||
+		gs[0].(map[string]any)["fair_by"] != "header:X-Team" || gs[0].(map[string]any)["fair_weights"].(map[string]any)["pro"] != 3.0 {
+		t.Fatalf("GET /admin/rules: upstream_groups %v", rules["upstream_groups"])
+	}
 	send("holder", "free")
 	<-k.in
 	for range 20 {
@@ -148,5 +154,68 @@ fair_weights = { pro = 3 }
 	}
 	for range 16 {
 		step()
+	}
+}
+
+// The cookbook's fair-share.toml: with its 8 slots taken by one team and
+// 30 more of that team's requests waiting, another team's single request
+// is among the next two to reach the upstream.
+func TestCookbookFairShare(t *testing.T) {
+	k := &gatekeeper{go1: make(chan struct{}), in: make(chan struct{}, 100)}
+	up := httptest.NewServer(k)
+	t.Cleanup(up.Close)
+	f := newFixture(t, upstreamAt(up.URL), cookbook(t, "fair-share.toml", "UPSTREAM_URL", up.URL), realClock)
+	srv := httptest.NewServer(f.handler)
+	t.Cleanup(srv.Close)
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	t.Cleanup(func() { close(k.go1) })
+	send := func(team string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := postTo(context.Background(), srv.URL+"/v1/chat/completions", "X-Team", team, "X-Plan", "free")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusOK {
+				t.Errorf("%s: %d", team, res.StatusCode)
+			}
+		}()
+	}
+	for range 8 {
+		send("batch")
+		<-k.in
+	}
+	for range 30 {
+		send("batch")
+	}
+	waitGauge(t, f, "ratelimit_proxy_upstream_queue_depth", "group=chat,priority=default", 30)
+	send("alice")
+	waitGauge(t, f, "ratelimit_proxy_upstream_queue_depth", "group=chat,priority=default", 31)
+	for range 2 {
+		k.go1 <- struct{}{}
+		<-k.in
+	}
+	k.mu.Lock()
+	got := k.teams[8:]
+	k.mu.Unlock()
+	if !slices.Contains(got, "alice") {
+		t.Fatalf("after 2 grants the upstream saw %v: alice not among them", got)
+	}
+}
+
+// waitGauge waits until the gauge reads want (5 s at most).
+func waitGauge(t *testing.T, f *fixture, name, labels string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for gauge(t, f, name, labels) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s{%s} = %v, want %v", name, labels, gauge(t, f, name, labels), want)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

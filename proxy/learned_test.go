@@ -61,6 +61,9 @@ window = "1m"
 func TestCookbookLearnedReserve(t *testing.T) {
 	_, url := newLLM(t)
 	f := newFixture(t, upstreamAt(url), cookbook(t, "learned-reserve.toml", "UPSTREAM_URL", url))
+	if _, m := f.adminDo(t, "GET", "/admin/rules/tokens-per-day", "", ""); m["output_reserve"] != "learned" {
+		t.Fatalf("GET /admin/rules/tokens-per-day: output_reserve %v, want learned", m["output_reserve"])
+	}
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hi"}]}`
 	est := estimate(t, "/v1/chat/completions", body)
 	reserved := func() int64 {

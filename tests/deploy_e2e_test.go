@@ -104,6 +104,7 @@ queue         = 100
 max_wait      = "10s"
 priority_from = "header:X-Priority"
 priorities    = ["interactive", "batch"]
+fair_by       = "caller"
 retries       = 2
 max_backoff   = "1s"
 rate          = 6000
