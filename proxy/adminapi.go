@@ -147,7 +147,7 @@ type ruleView struct {
 	MinOutput     int64          `json:"min_output,omitempty"` // clamping rules
 	// OutputReserve is what a request naming no output cap reserves on
 	// a total_tokens or usd rule: a number of tokens, or "learned".
-	OutputReserve any `json:"output_reserve,omitempty"`
+	OutputReserve any            `json:"output_reserve,omitempty"`
 	Action        string         `json:"action"`
 	MaxDelay      string         `json:"max_delay,omitempty"`
 	Tiers         map[string]any `json:"tiers,omitempty"`
