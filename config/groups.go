@@ -283,148 +283,177 @@ func (c *Config) validateGroups() []error {
 			bad("name", g.Name, "used by an earlier upstream_group")
 		}
 		names[g.Name] = true
-		if g.Paths != nil && len(g.Paths) == 0 {
-			bad("paths", nil, "empty: leave it out for protected_paths, or list at least one path")
-		}
-		for _, p := range g.Paths {
-			if err := checkProtectedPath(p); err != nil {
-				bad("paths", p, "%v", err)
-			}
-		}
-		// A path goes to one group: the same path in two is an error,
-		// per path written, or once per other group for protected_paths.
-		paths := g.Paths
-		if paths == nil {
-			paths = c.ProtectedPaths
-		}
-		seen := map[string]bool{}
-		var clashes []string             // labels of earlier groups, in order
-		clashed := map[string][]string{} // label → this group's paths it has
-		for _, p := range paths {
-			k := groupPathKey(p)
-			if seen[k] {
-				continue // twice in one group: harmless
-			}
-			seen[k] = true
-			first, taken := owner[k]
-			switch {
-			case !taken:
-				owner[k] = label
-			case g.Paths != nil:
-				bad("paths", p, "already in %s", first)
-			default:
-				if clashed[first] == nil {
-					clashes = append(clashes, first)
-				}
-				clashed[first] = append(clashed[first], strconv.Quote(p))
-			}
-		}
-		for _, first := range clashes {
-			bad("paths", nil, "not given, so protected_paths, of which %s already has %s", first, strings.Join(clashed[first], ", "))
-		}
-		if g.MaxInFlight < 0 {
-			bad("max_in_flight", g.MaxInFlight, "must be an integer ≥ 0")
-		}
-		if g.Rate < 0 || g.Rate > maxGroupRate {
-			bad("rate", g.Rate, "must be an integer from 0 to %d", maxGroupRate)
-		}
-		switch {
-		case g.Per < time.Millisecond:
-			bad("per", durationText(g.Per), "must be at least 1ms")
-		case g.Per > maxGroupPer:
-			bad("per", durationText(g.Per), "must be at most 24h")
-		}
-		if g.Queue < 0 || g.Queue > maxGroupQueue {
-			bad("queue", g.Queue, "must be an integer from 0 to %d", maxGroupQueue)
-		}
-		switch {
-		case g.MaxWait < 0:
-			bad("max_wait", durationText(g.MaxWait), "must not be negative")
-		case g.MaxWait > maxGroupWait:
-			bad("max_wait", durationText(g.MaxWait), "must be at most 1h")
-		}
-		if g.PriorityFrom != "" {
-			if err := checkPriorityFrom(g.PriorityFrom); err != nil {
-				bad("priority_from", g.PriorityFrom, "%v", err)
-			} else if g.PriorityFrom == "tier" && !c.plans() {
-				bad("priority_from", g.PriorityFrom, "needs tier_from or api_keys_file (where a caller's plan comes from)")
-			}
-		}
-		if g.FairBy != "" {
-			kind, _, _ := strings.Cut(g.FairBy, ":")
-			switch err := CheckKeyPart(g.FairBy); {
-			case err != nil:
-				bad("fair_by", g.FairBy, "%v", err)
-			case g.FairBy == "model" || kind == "json" || kind == "xml" || kind == "form":
-				bad("fair_by", g.FairBy, "must not read the body (caller, api_key, ip, tier, header:, query: or jwt: …)")
-			case g.FairBy == "tier" && !c.plans():
-				bad("fair_by", g.FairBy, "needs tier_from or api_keys_file (where a caller's plan comes from)")
-			}
-		}
-		for _, plan := range slices.Sorted(maps.Keys(g.FairWeights)) {
-			if w := g.FairWeights[plan]; w < 1 || w > maxFairWeight {
-				bad("fair_weights."+plan, w, "must be an integer from 1 to %d", maxFairWeight)
-			}
-		}
-		if len(g.FairWeights) > 0 && !c.plans() {
-			bad("fair_weights", nil, "needs tier_from or api_keys_file (where a caller's plan comes from)")
-		}
-		if len(g.Priorities) == 0 {
-			bad("priorities", nil, `empty: leave it out for ["interactive", "default", "batch"]`)
-		}
-		if len(g.Priorities) > maxGroupPriorities {
-			bad("priorities", nil, "%d of them: at most %d", len(g.Priorities), maxGroupPriorities)
-		}
-		for j, p := range g.Priorities {
-			switch {
-			case !ruleName.MatchString(p):
-				bad("priorities", p, "must be 1 to 64 of a-z, 0-9, _, . and -")
-			case slices.Contains(g.Priorities[:j], p):
-				bad("priorities", p, "listed twice")
-			}
-		}
-		if g.Retries < 0 || g.Retries > maxGroupRetries {
-			bad("retries", g.Retries, "must be an integer from 0 to %d", maxGroupRetries)
-		}
-		switch {
-		case g.MaxBackoff <= 0:
-			bad("max_backoff", durationText(g.MaxBackoff), "must be positive")
-		case g.MaxBackoff > maxGroupBackoff:
-			bad("max_backoff", durationText(g.MaxBackoff), "must be at most 10m")
-		}
-		if a := g.Adaptive; a != nil {
-			if g.Rate == 0 {
-				bad("adaptive", nil, "needs a rate")
-			}
-			for _, f := range []struct {
-				key string
-				v   int64
-			}{{"start", a.Start}, {"increase", a.Increase}, {"ceiling", a.Ceiling}} {
-				if f.v <= 0 || f.v > PPM {
-					bad("adaptive."+f.key, factor(f.v), "must be above 0 and at most 1")
-				}
-			}
-			if a.Decrease <= 0 || a.Decrease >= PPM {
-				bad("adaptive.decrease", factor(a.Decrease), "must be above 0 and below 1")
-			}
-			if a.Start > a.Ceiling && a.Ceiling > 0 {
-				bad("adaptive.start", factor(a.Start), "must not be above ceiling %s", factorText(a.Ceiling))
-			}
-			switch {
-			case a.Every < time.Millisecond:
-				bad("adaptive.every", durationText(a.Every), "must be at least 1ms")
-			case a.Every > maxGroupPer:
-				bad("adaptive.every", durationText(a.Every), "must be at most 24h")
-			}
-			switch {
-			case a.Hold < 0:
-				bad("adaptive.hold", durationText(a.Hold), "must not be negative")
-			case a.Hold > maxGroupPer:
-				bad("adaptive.hold", durationText(a.Hold), "must be at most 24h")
-			}
-		}
+		c.checkGroupPaths(g, label, owner, bad)
+		checkGroupLimits(g, bad)
+		c.checkGroupTurns(g, bad)
+		checkGroupRetries(g, bad)
+		checkGroupAdaptive(g, bad)
 	}
 	return errs
+}
+
+// checkGroupPaths checks the group's paths; a path goes to one group
+// (owner: the label of the first group with each path).
+func (c *Config) checkGroupPaths(g *UpstreamGroup, label string, owner map[string]string, bad badField) {
+	if g.Paths != nil && len(g.Paths) == 0 {
+		bad("paths", nil, "empty: leave it out for protected_paths, or list at least one path")
+	}
+	for _, p := range g.Paths {
+		if err := checkProtectedPath(p); err != nil {
+			bad("paths", p, "%v", err)
+		}
+	}
+	// A path goes to one group: the same path in two is an error,
+	// per path written, or once per other group for protected_paths.
+	paths := g.Paths
+	if paths == nil {
+		paths = c.ProtectedPaths
+	}
+	seen := map[string]bool{}
+	var clashes []string             // labels of earlier groups, in order
+	clashed := map[string][]string{} // label → this group's paths it has
+	for _, p := range paths {
+		k := groupPathKey(p)
+		if seen[k] {
+			continue // twice in one group: harmless
+		}
+		seen[k] = true
+		first, taken := owner[k]
+		switch {
+		case !taken:
+			owner[k] = label
+		case g.Paths != nil:
+			bad("paths", p, "already in %s", first)
+		default:
+			if clashed[first] == nil {
+				clashes = append(clashes, first)
+			}
+			clashed[first] = append(clashed[first], strconv.Quote(p))
+		}
+	}
+	for _, first := range clashes {
+		bad("paths", nil, "not given, so protected_paths, of which %s already has %s", first, strings.Join(clashed[first], ", "))
+	}
+}
+
+// checkGroupLimits checks max_in_flight, rate, per, queue and max_wait.
+func checkGroupLimits(g *UpstreamGroup, bad badField) {
+	if g.MaxInFlight < 0 {
+		bad("max_in_flight", g.MaxInFlight, "must be an integer ≥ 0")
+	}
+	if g.Rate < 0 || g.Rate > maxGroupRate {
+		bad("rate", g.Rate, "must be an integer from 0 to %d", maxGroupRate)
+	}
+	switch {
+	case g.Per < time.Millisecond:
+		bad("per", durationText(g.Per), "must be at least 1ms")
+	case g.Per > maxGroupPer:
+		bad("per", durationText(g.Per), "must be at most 24h")
+	}
+	if g.Queue < 0 || g.Queue > maxGroupQueue {
+		bad("queue", g.Queue, "must be an integer from 0 to %d", maxGroupQueue)
+	}
+	switch {
+	case g.MaxWait < 0:
+		bad("max_wait", durationText(g.MaxWait), "must not be negative")
+	case g.MaxWait > maxGroupWait:
+		bad("max_wait", durationText(g.MaxWait), "must be at most 1h")
+	}
+}
+
+// checkGroupTurns checks priority_from, priorities, fair_by and
+// fair_weights.
+func (c *Config) checkGroupTurns(g *UpstreamGroup, bad badField) {
+	if g.PriorityFrom != "" {
+		if err := checkPriorityFrom(g.PriorityFrom); err != nil {
+			bad("priority_from", g.PriorityFrom, "%v", err)
+		} else if g.PriorityFrom == "tier" && !c.plans() {
+			bad("priority_from", g.PriorityFrom, "needs tier_from or api_keys_file (where a caller's plan comes from)")
+		}
+	}
+	if g.FairBy != "" {
+		kind, _, _ := strings.Cut(g.FairBy, ":")
+		switch err := CheckKeyPart(g.FairBy); {
+		case err != nil:
+			bad("fair_by", g.FairBy, "%v", err)
+		case g.FairBy == "model" || kind == "json" || kind == "xml" || kind == "form":
+			bad("fair_by", g.FairBy, "must not read the body (caller, api_key, ip, tier, header:, query: or jwt: …)")
+		case g.FairBy == "tier" && !c.plans():
+			bad("fair_by", g.FairBy, "needs tier_from or api_keys_file (where a caller's plan comes from)")
+		}
+	}
+	for _, plan := range slices.Sorted(maps.Keys(g.FairWeights)) {
+		if w := g.FairWeights[plan]; w < 1 || w > maxFairWeight {
+			bad("fair_weights."+plan, w, "must be an integer from 1 to %d", maxFairWeight)
+		}
+	}
+	if len(g.FairWeights) > 0 && !c.plans() {
+		bad("fair_weights", nil, "needs tier_from or api_keys_file (where a caller's plan comes from)")
+	}
+	if len(g.Priorities) == 0 {
+		bad("priorities", nil, `empty: leave it out for ["interactive", "default", "batch"]`)
+	}
+	if len(g.Priorities) > maxGroupPriorities {
+		bad("priorities", nil, "%d of them: at most %d", len(g.Priorities), maxGroupPriorities)
+	}
+	for j, p := range g.Priorities {
+		switch {
+		case !ruleName.MatchString(p):
+			bad("priorities", p, "must be 1 to 64 of a-z, 0-9, _, . and -")
+		case slices.Contains(g.Priorities[:j], p):
+			bad("priorities", p, "listed twice")
+		}
+	}
+}
+
+// checkGroupRetries checks retries and max_backoff.
+func checkGroupRetries(g *UpstreamGroup, bad badField) {
+	if g.Retries < 0 || g.Retries > maxGroupRetries {
+		bad("retries", g.Retries, "must be an integer from 0 to %d", maxGroupRetries)
+	}
+	switch {
+	case g.MaxBackoff <= 0:
+		bad("max_backoff", durationText(g.MaxBackoff), "must be positive")
+	case g.MaxBackoff > maxGroupBackoff:
+		bad("max_backoff", durationText(g.MaxBackoff), "must be at most 10m")
+	}
+}
+
+// checkGroupAdaptive checks adaptive.
+func checkGroupAdaptive(g *UpstreamGroup, bad badField) {
+	a := g.Adaptive
+	if a == nil {
+		return
+	}
+	if g.Rate == 0 {
+		bad("adaptive", nil, "needs a rate")
+	}
+	for _, f := range []struct {
+		key string
+		v   int64
+	}{{"start", a.Start}, {"increase", a.Increase}, {"ceiling", a.Ceiling}} {
+		if f.v <= 0 || f.v > PPM {
+			bad("adaptive."+f.key, factor(f.v), "must be above 0 and at most 1")
+		}
+	}
+	if a.Decrease <= 0 || a.Decrease >= PPM {
+		bad("adaptive.decrease", factor(a.Decrease), "must be above 0 and below 1")
+	}
+	if a.Start > a.Ceiling && a.Ceiling > 0 {
+		bad("adaptive.start", factor(a.Start), "must not be above ceiling %s", factorText(a.Ceiling))
+	}
+	switch {
+	case a.Every < time.Millisecond:
+		bad("adaptive.every", durationText(a.Every), "must be at least 1ms")
+	case a.Every > maxGroupPer:
+		bad("adaptive.every", durationText(a.Every), "must be at most 24h")
+	}
+	switch {
+	case a.Hold < 0:
+		bad("adaptive.hold", durationText(a.Hold), "must not be negative")
+	case a.Hold > maxGroupPer:
+		bad("adaptive.hold", durationText(a.Hold), "must be at most 24h")
+	}
 }
 
 // checkPriorityFrom checks a group's priority_from: header:NAME,
