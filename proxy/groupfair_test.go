@@ -11,12 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
-	"github.com/ratelimit-proxy/ratelimit-proxy/internal/redistest"
 	"github.com/ratelimit-proxy/ratelimit-proxy/proxy"
-	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/gate"
 )
 
 // gatekeeper is an upstream that holds every request until told to
@@ -44,12 +40,8 @@ func (k *gatekeeper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestGroupFairShare(t *testing.T) {
 	t.Run("memory", func(t *testing.T) { testGroupFairShare(t, func(*config.Config, *proxy.Options) {}) })
 	t.Run("redis", func(t *testing.T) {
-		srv := redistest.Start(t)
-		client := redis.NewClient(&redis.Options{Addr: srv.Addr})
-		t.Cleanup(func() { client.Close() })
-		testGroupFairShare(t, func(_ *config.Config, o *proxy.Options) {
-			o.GateRedis = &gate.RedisOptions{Client: client, Prefix: "fair:", Timeout: time.Second, Instances: 1}
-		})
+		opt, _ := gateOnRedis(t, "fair:")
+		testGroupFairShare(t, opt)
 	})
 }
 
@@ -87,13 +79,7 @@ fair_weights = { pro = 3 }
 	}
 	queued := func(n float64) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for gauge(t, f, "ratelimit_proxy_upstream_queue_depth", "group=chat,priority=default") != n {
-			if time.Now().After(deadline) {
-				t.Fatalf("queue depth %v, want %v", gauge(t, f, "ratelimit_proxy_upstream_queue_depth", "group=chat,priority=default"), n)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		waitGauge(t, f, "ratelimit_proxy_upstream_queue_depth", "group=chat,priority=default", n)
 	}
 	step := func() { // the upstream answers one; the next comes in
 		k.go1 <- struct{}{}

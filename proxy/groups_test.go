@@ -321,12 +321,8 @@ max_backoff = "500ms"
 func TestGroupNoLeak(t *testing.T) {
 	t.Run("memory", func(t *testing.T) { testGroupNoLeak(t, func(*config.Config, *proxy.Options) {}) })
 	t.Run("redis", func(t *testing.T) {
-		srv := redistest.Start(t)
-		client := redis.NewClient(&redis.Options{Addr: srv.Addr})
-		t.Cleanup(func() { client.Close() })
-		testGroupNoLeak(t, func(_ *config.Config, o *proxy.Options) {
-			o.GateRedis = &gate.RedisOptions{Client: client, Prefix: "leak:", Timeout: time.Second, Instances: 1}
-		})
+		opt, client := gateOnRedis(t, "leak:")
+		testGroupNoLeak(t, opt)
 		// Nothing is left on Redis either: no lease, no place in the queue.
 		for _, k := range []string{"f", "q", "l"} {
 			if n := client.ZCard(context.Background(), "leak:{gate:chat}:"+k).Val(); n != 0 {
@@ -334,6 +330,18 @@ func TestGroupNoLeak(t *testing.T) {
 			}
 		}
 	})
+}
+
+// gateOnRedis is an option that shares the upstream groups on a Redis
+// server of the test's own, under prefix; client inspects it.
+func gateOnRedis(t *testing.T, prefix string) (option, *redis.Client) {
+	t.Helper()
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { client.Close() })
+	return func(_ *config.Config, o *proxy.Options) {
+		o.GateRedis = &gate.RedisOptions{Client: client, Prefix: prefix, Timeout: time.Second, Instances: 1}
+	}, client
 }
 
 func testGroupNoLeak(t *testing.T, shared option) {
