@@ -1,12 +1,17 @@
 package proxy
 
 import (
+	"context"
 	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 )
 
 // OUTPUT_TOKEN_RESERVE = "learned": the output reserved for a request that
@@ -24,6 +29,12 @@ import (
 // nearest rank the contract names (a sketch would be within its error of
 // it), and the cost per settlement is a microsecond at most, off the
 // request's path (settlement runs when the response has ended).
+//
+// With Redis the samples are shared (limits.SharedSamples): every
+// learnedSync an instance sends the outputs it settled and takes each
+// model's last learnedWindow outputs of every instance as its sample, so
+// the instances reserve alike and a new one starts from what the others
+// learned. Between syncs an instance adds its own outputs as they come.
 const (
 	learnedWindow = 1000
 	learnedWarm   = 100
@@ -34,6 +45,7 @@ const (
 
 // outputSample is one model's last outputs.
 type outputSample struct {
+	name   string // the model's label
 	mu     sync.Mutex
 	ring   [learnedWindow]int32
 	next   int     // where the next output goes in ring
@@ -56,6 +68,28 @@ func (s *outputSample) add(out int64, floor int64) {
 	s.next = (s.next + 1) % learnedWindow
 	i, _ := slices.BinarySearch(s.sorted, v)
 	s.sorted = slices.Insert(s.sorted, i, v)
+	s.publish(floor)
+}
+
+// replace makes the sample the last learnedWindow of values (oldest
+// first): what every instance sharing a Redis learned.
+func (s *outputSample) replace(values []int64, floor int64) {
+	values = values[max(len(values)-learnedWindow, 0):]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sorted = s.sorted[:0]
+	for i, out := range values {
+		v := int32(min(max(out, 0), math.MaxInt32))
+		s.ring[i] = v
+		s.sorted = append(s.sorted, v)
+	}
+	s.next = len(values) % learnedWindow
+	slices.Sort(s.sorted)
+	s.publish(floor)
+}
+
+// publish computes the percentile of sorted for readers; under s.mu.
+func (s *outputSample) publish(floor int64) {
 	p := floor
 	if n := len(s.sorted); n >= learnedWarm {
 		rank := (95*n + 99) / 100 // ⌈0.95 n⌉, the nearest rank
@@ -71,7 +105,8 @@ func (s *outputSample) add(out int64, floor int64) {
 // map that is copied when a model is added (rare) and read without a lock.
 type outputLearner struct {
 	gauge  *prometheus.GaugeVec
-	mu     sync.Mutex // serialises additions of models
+	share  *limits.SharedSamples // with Redis: every instance's outputs; nil: this one's
+	mu     sync.Mutex            // serialises additions of models
 	models atomic.Pointer[map[string]*outputSample]
 }
 
@@ -94,7 +129,28 @@ func (l *outputLearner) reserve(model string, floor int64) int64 {
 
 // learn records an output settled for model.
 func (l *outputLearner) learn(model string, output, floor int64) {
-	l.sample(model, true).add(output, floor)
+	s := l.sample(model, true)
+	s.add(output, floor)
+	if l.share != nil {
+		l.share.Add(s.name, output)
+	}
+}
+
+// learnedSync is how often an instance sends its outputs to Redis and
+// reads back every instance's.
+const learnedSync = 2 * time.Second
+
+// sync sends this instance's outputs since the last sync and makes each
+// model's sample what every instance learned.
+func (l *outputLearner) sync(ctx context.Context, floor int64) error {
+	shared, err := l.share.Sync(ctx)
+	if err != nil {
+		return err
+	}
+	for name, values := range shared {
+		l.sample(name, true).replace(values, floor)
+	}
+	return nil
 }
 
 // sample finds model's sample ("other" once learnedModels are known), and
@@ -126,7 +182,7 @@ func (l *outputLearner) sample(model string, create bool) *outputSample {
 			return s
 		}
 	}
-	s := &outputSample{sorted: make([]int32, 0, learnedWindow)}
+	s := &outputSample{name: model, sorted: make([]int32, 0, learnedWindow)}
 	if l.gauge != nil {
 		s.gauge = l.gauge.WithLabelValues(model)
 	}
@@ -137,4 +193,12 @@ func (l *outputLearner) sample(model string, create bool) *outputSample {
 	next[model] = s
 	l.models.Store(&next)
 	return s
+}
+
+// NewLearnedShare is the sharing of learned outputs between the instances
+// of one Redis (Options.LearnedShare): each model's last outputs, under
+// prefix.
+func NewLearnedShare(client redis.UniversalClient, prefix string, timeout time.Duration) *limits.SharedSamples {
+	return limits.NewSharedSamples(limits.SharedSamplesOptions{Client: client, Prefix: prefix, Name: "learned",
+		Window: learnedWindow, Names: learnedModels + 1, Timeout: max(timeout, time.Second)})
 }

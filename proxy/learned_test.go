@@ -3,6 +3,13 @@ package proxy_test
 import (
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/config"
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/redistest"
+	"github.com/ratelimit-proxy/ratelimit-proxy/proxy"
 )
 
 // OUTPUT_TOKEN_RESERVE = "learned": a request that names no output cap
@@ -109,5 +116,49 @@ window = "1m"
 	}
 	if sent := u.last(); sent != `{"model":"gpt-4o","messages":[{"role":"user","content":"Hi"}],"max_tokens":95}` {
 		t.Fatalf("upstream got %s", sent)
+	}
+}
+
+// With Redis, instances learn from each other's answers: what one
+// instance settled becomes the reserve of another that served nothing.
+func TestLearnedReserveSharedThroughRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { client.Close() })
+	_, url := newLLM(t)
+	shared := func(_ *config.Config, o *proxy.Options) {
+		o.LearnedShare = proxy.NewLearnedShare(client, "lrn:", time.Second)
+		o.LearnedSync = 10 * time.Millisecond
+	}
+	rules := `
+[[rule]]
+name   = "tpm"
+cost   = "total_tokens"
+limit  = 100000000
+window = "1m"
+`
+	a := newFixture(t, append(budgetRules(t, url, rules, "OUTPUT_TOKEN_RESERVE", "learned", "OUTPUT_TOKEN_RESERVE_MIN", "10"), shared)...)
+	b := newFixture(t, append(budgetRules(t, url, rules, "OUTPUT_TOKEN_RESERVE", "learned", "OUTPUT_TOKEN_RESERVE_MIN", "10"), shared)...)
+	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"Hi"}]}`
+	for k := 1; k <= 100; k++ {
+		if w := a.send("/v1/chat/completions", "203.0.113.7:1", "application/json", body, "X-Test-Usage", fmt.Sprintf("9,%d", 300+k)); w.Code != 200 {
+			t.Fatalf("%d %s", w.Code, w.Body)
+		}
+	}
+	// The 95th of 301…400 is 395: b learns it without serving one.
+	deadline := time.Now().Add(10 * time.Second)
+	for metric(t, b, "ratelimit_proxy_output_reserve_tokens", map[string]string{"model": "gpt-4o"}) != 395 {
+		if time.Now().After(deadline) {
+			t.Fatalf("b's learned reserve %v, want 395 (a's answers)", metric(t, b, "ratelimit_proxy_output_reserve_tokens", map[string]string{"model": "gpt-4o"}))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	est := estimate(t, "/v1/chat/completions", body)
+	before := metric(t, b, "ratelimit_proxy_tokens_reserved_total", map[string]string{"rule": "tpm"})
+	if w := b.send("/v1/chat/completions", "203.0.113.7:1", "application/json", body, "X-Test-Usage", "9,5"); w.Code != 200 {
+		t.Fatalf("%d %s", w.Code, w.Body)
+	}
+	if got := int64(metric(t, b, "ratelimit_proxy_tokens_reserved_total", map[string]string{"rule": "tpm"}) - before); got != est+395 {
+		t.Fatalf("b reserved %d, want %d + 395", got, est)
 	}
 }

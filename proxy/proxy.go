@@ -5,6 +5,8 @@
 package proxy
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,6 +56,11 @@ type Options struct {
 	// GateRedis, when set, shares the upstream groups' gates (SPEC §9)
 	// through Redis; otherwise they are this instance's alone.
 	GateRedis *gate.RedisOptions
+	// LearnedShare, when set, shares the outputs OUTPUT_TOKEN_RESERVE =
+	// "learned" learns from between the instances (NewLearnedShare);
+	// LearnedSync is how often (2 s when 0).
+	LearnedShare *limits.SharedSamples
+	LearnedSync  time.Duration
 	// Forget drops the remembered refusals of a rule (every key when key
 	// is zero) on this instance and, with Redis, on every other (SPEC
 	// §4.2); called on a reset, a live change and a reload. nil: nothing
@@ -85,7 +92,8 @@ type Proxy struct {
 	policy    atomic.Pointer[policy]
 	ruleSet   *ruleMetricSet
 	learner   *outputLearner // OUTPUT_TOKEN_RESERVE = "learned"
-	delayed   atomic.Int64   // requests held by delay rules now
+	stopSync  context.CancelFunc
+	delayed   atomic.Int64 // requests held by delay rules now
 	metrics   *metrics
 	tokens    *tokens.Tokenizer
 	storeName string
@@ -227,7 +235,32 @@ func New(o Options) (*Proxy, error) {
 	uo.NoUpgrade = true
 	p.guarded = p.upstreamCredential(upstream.New(uo))
 	p.pool.New = func() any { return new(exchange) }
+	if o.LearnedShare != nil {
+		p.learner.share = o.LearnedShare
+		ctx, cancel := context.WithCancel(context.Background())
+		p.stopSync = cancel
+		go p.syncLearned(ctx, cmp.Or(o.LearnedSync, learnedSync))
+	}
 	return p, nil
+}
+
+// syncLearned shares the learned outputs through Redis every period,
+// while the policy learns (a reload may turn it on or off).
+func (p *Proxy) syncLearned(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		if c := p.policy.Load().cfg; c.OutputReserveLearned {
+			if err := p.learner.sync(ctx, c.OutputTokenReserveMin); err != nil && ctx.Err() == nil {
+				p.log.Debug("learned reserve: sharing through redis failed", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // Handler is the public listener's handler.
@@ -337,9 +370,12 @@ func (x *exchange) release() {
 	}
 }
 
-// Close stops the background work of the upstream groups and of the JWT
-// key set's refresh.
+// Close stops the background work of the upstream groups, of the JWT
+// key set's refresh and of the learned reserve's sharing.
 func (p *Proxy) Close() {
+	if p.stopSync != nil {
+		p.stopSync()
+	}
 	pol := p.policy.Load()
 	pol.groups.close()
 	if pol.jwt != nil {

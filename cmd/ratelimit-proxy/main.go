@@ -180,6 +180,7 @@ func serve(cfg config.Config, cfgPath string, level *slog.LevelVar, log *slog.Lo
 		opts.StoreUp = func() bool { return shared.redis.Check(context.Background()) }
 		opts.GateRedis = &gate.RedisOptions{Client: shared.client, Prefix: cfg.RedisPrefix, Timeout: cfg.RedisTimeout,
 			Instances: cfg.RedisInstances, FailClosed: cfg.FailOpen == config.FailOpenFalse}
+		opts.LearnedShare = proxy.NewLearnedShare(shared.client, cfg.RedisPrefix, cfg.RedisTimeout)
 	}
 	// Outermost: a remembered refusal is answered before the store (or its
 	// FAIL_OPEN fallback) is asked.
