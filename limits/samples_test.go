@@ -81,3 +81,19 @@ func TestSharedSamplesKeptOverAnOutage(t *testing.T) {
 		t.Fatalf("after the outage: %v, want [1 2 3] (or [2 3]: a server without persistence restarts empty)", got)
 	}
 }
+
+// On a Cluster the names and every list share one slot: one script call.
+func TestSharedSamplesOnCluster(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { client.Close() })
+	a, b := samples(client, 3, 4), samples(client, 3, 4)
+	a.Add("gpt-4o", 5)
+	a.Add("{odd}name", 6)
+	syncOK(t, a)
+	b.Add("gpt-4o", 7)
+	want := map[string][]int64{"gpt-4o": {5, 7}, "{odd}name": {6}}
+	if got := syncOK(t, b); !reflect.DeepEqual(got, want) {
+		t.Fatalf("%v, want %v", got, want)
+	}
+}
