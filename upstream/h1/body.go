@@ -115,7 +115,7 @@ func (b *Body) abandon(err error) {
 	}
 	b.mu.Unlock()
 	b.once.Do(func() {
-		if b.res.Close || !b.cn.lingerBody(b.left) {
+		if b.res.Close || eventStream(b.res) || !b.cn.lingerBody(b.left) {
 			b.cn.release(false)
 		}
 	})

@@ -133,8 +133,7 @@ func (cn *Conn) drainAnswer(method string) bool {
 	if res.Body == http.NoBody {
 		return true
 	}
-	if ct := res.Header["Content-Type"]; len(ct) > 0 &&
-		strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct[0])), "text/event-stream") {
+	if eventStream(res) {
 		return false // a stream: its end is the origin's to learn now
 	}
 	limit := cn.c.o.LingerBytes
@@ -150,4 +149,11 @@ func (cn *Conn) drainAnswer(method string) bool {
 		return err == io.EOF && n <= limit
 	}
 	return false
+}
+
+// eventStream reports whether res is an event stream (SSE), which never
+// lingers whatever its length.
+func eventStream(res *http.Response) bool {
+	ct := res.Header["Content-Type"]
+	return len(ct) > 0 && strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct[0])), "text/event-stream")
 }

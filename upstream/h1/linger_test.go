@@ -266,23 +266,25 @@ func TestRequestNotWrittenWholeCloses(t *testing.T) {
 }
 
 // TestLingerBodyMidway: a client that leaves while a small Content-Length
-// body is still coming keeps the connection; one that leaves a chunked
-// stream closes it at once.
+// body is still coming keeps the connection; one that leaves a stream
+// (chunked, or an event stream even of declared length) closes it at once.
 func TestLingerBodyMidway(t *testing.T) {
-	for _, chunked := range []bool{false, true} {
-		t.Run(fmt.Sprint("chunked=", chunked), func(t *testing.T) {
+	heads := map[string]string{
+		"length":       "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabc",
+		"chunked":      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n",
+		"event-stream": "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 6\r\n\r\nabc",
+	}
+	for name, head := range heads {
+		t.Run(name, func(t *testing.T) {
+			keep := name == "length"
 			closed := make(chan struct{}, 1)
 			o := newRawOrigin(t, func(_ int64, c net.Conn, r *http.Request, _ []byte) bool {
 				if r.URL.Path != "/part" {
 					return okJSON(c)
 				}
-				if chunked {
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")
-				} else {
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabc")
-				}
+				io.WriteString(c, head)
 				time.Sleep(30 * time.Millisecond)
-				if chunked {
+				if !keep {
 					c.SetReadDeadline(time.Now().Add(10 * time.Second))
 					c.Read(make([]byte, 1))
 					closed <- struct{}{}
@@ -311,7 +313,7 @@ func TestLingerBodyMidway(t *testing.T) {
 			if err != context.Canceled {
 				t.Fatalf("read error %v, want context.Canceled", err)
 			}
-			if chunked {
+			if !keep {
 				select {
 				case <-closed:
 				case <-time.After(time.Second):
@@ -320,8 +322,8 @@ func TestLingerBodyMidway(t *testing.T) {
 			}
 			s := settled(t, cl)
 			do(t, cl, "GET", o.url("/"), "")
-			if chunked && (s.Lingered != 0 || o.conns.Load() != 2) ||
-				!chunked && (s.Kept != 1 || o.conns.Load() != 1) {
+			if !keep && (s.Lingered != 0 || o.conns.Load() != 2) ||
+				keep && (s.Kept != 1 || o.conns.Load() != 1) {
 				t.Fatalf("stats %+v, %d connections", s, o.conns.Load())
 			}
 		})
