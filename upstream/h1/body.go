@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/textproto"
+	"os"
 	"sync"
 )
 
@@ -35,6 +36,7 @@ type Body struct {
 	left   int64     // bodyLength: bytes still to read
 	chunks io.Reader // bodyChunked: httputil's chunked reader on br
 
+	rmu  sync.Mutex // held by Read: a Close during a Read does not linger
 	mu   sync.Mutex // err, against a Close from another goroutine
 	err  error      // sticky: io.EOF once read to the end
 	once sync.Once  // the connection is released once
@@ -58,6 +60,8 @@ func (b *Body) Buffered() int {
 
 // Read implements io.Reader.
 func (b *Body) Read(p []byte) (int, error) {
+	b.rmu.Lock()
+	defer b.rmu.Unlock()
 	b.mu.Lock()
 	err := b.err
 	b.mu.Unlock()
@@ -89,11 +93,32 @@ func (b *Body) Read(p []byte) (int, error) {
 	}
 	if err != nil {
 		if err != io.EOF && b.cn != nil {
+			left := b.kind == bodyLength && b.cn.ctx != nil && b.cn.ctx.Err() != nil &&
+				errors.Is(err, os.ErrDeadlineExceeded)
 			err = b.cn.readErr(err, false)
+			if left { // the client left midway: the rest may linger
+				b.abandon(err)
+				return n, err
+			}
 		}
 		b.finish(err, err == io.EOF && b.kind != bodyUntilClose)
 	}
 	return n, err
+}
+
+// abandon ends a Content-Length body before its end: the connection
+// lingers to discard the rest when it is small (linger.go), or is closed.
+func (b *Body) abandon(err error) {
+	b.mu.Lock()
+	if b.err == nil {
+		b.err = err
+	}
+	b.mu.Unlock()
+	b.once.Do(func() {
+		if b.res.Close || eventStream(b.res) || !b.cn.lingerBody(b.left) {
+			b.cn.release(false)
+		}
+	})
 }
 
 // finish records err as the body's end and releases the connection:
@@ -112,17 +137,26 @@ func (b *Body) finish(err error, reuse bool) {
 }
 
 // Close implements io.Closer. A body not read to its end closes its
-// connection.
+// connection, unless its rest is at most Options.LingerBytes of a
+// Content-Length: then the connection lingers to discard it (linger.go).
 func (b *Body) Close() error {
-	b.mu.Lock()
-	done := b.err != nil
-	b.mu.Unlock()
-	if !done && b.kind == bodyLength && b.left <= int64(b.br.Buffered()) {
-		// The rest is already in the buffer (a client that left just as
-		// the answer came): read past it and keep the connection.
-		b.br.Discard(int(b.left))
-		b.left = 0
-		b.finish(io.EOF, true)
+	if b.rmu.TryLock() {
+		b.mu.Lock()
+		done := b.err != nil
+		b.mu.Unlock()
+		if !done && b.kind == bodyLength {
+			if b.left <= int64(b.br.Buffered()) {
+				// The rest is already in the buffer (a client that left
+				// just as the answer came): read past it and keep the
+				// connection.
+				b.br.Discard(int(b.left))
+				b.left = 0
+				b.finish(io.EOF, true)
+			} else if b.cn != nil {
+				b.abandon(errBodyClosed)
+			}
+		}
+		b.rmu.Unlock()
 	}
 	b.finish(errBodyClosed, false)
 	b.mu.Lock()

@@ -39,6 +39,14 @@ type Options struct {
 	IdleTimeout time.Duration
 	// ReadBufferSize is each connection's read buffer; 16 KiB when 0.
 	ReadBufferSize int
+	// LingerGrace bounds how long a connection whose client left (the
+	// request's context ended after it was written whole) waits for the
+	// rest of its answer before it is closed; 100 ms when 0, no linger
+	// when negative. See linger.go.
+	LingerGrace time.Duration
+	// LingerBytes bounds the body a lingering connection reads and
+	// discards; 64 KiB when 0.
+	LingerBytes int64
 	// Fallback carries the requests this client does not: upgrades
 	// (which need a 101 with a writable body), requests with trailers,
 	// CONNECT, and any other scheme or host. nil: they fail.
@@ -56,9 +64,14 @@ type Client struct {
 	idle   []*Conn // LIFO: the most recently used on top
 	sweep  *time.Timer
 	closed bool
+	// lingering counts the connections draining an answer whose client
+	// left; with idle, they are bounded by MaxIdle.
+	lingering int
 
-	dials atomic.Int64
-	peeks atomic.Int64
+	dials    atomic.Int64
+	peeks    atomic.Int64
+	lingered atomic.Int64
+	kept     atomic.Int64
 }
 
 var _ http.RoundTripper = (*Client)(nil)
@@ -76,6 +89,12 @@ func New(o Options) *Client {
 	}
 	if o.ReadBufferSize <= 0 {
 		o.ReadBufferSize = 16 << 10
+	}
+	if o.LingerGrace == 0 {
+		o.LingerGrace = defaultLingerGrace
+	}
+	if o.LingerBytes <= 0 {
+		o.LingerBytes = defaultLingerBytes
 	}
 	if o.Dial == nil {
 		d := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}
@@ -100,13 +119,20 @@ type Stats struct {
 	Dials int64 // connections opened so far
 	Peeks int64 // liveness peeks at pooled connections taken
 	Idle  int   // connections in the pool now
+	// Lingering connections are reading the rest of an answer whose
+	// client left, now; Lingered is how many did so far, Kept how many of
+	// those went back to the pool.
+	Lingering int
+	Lingered  int64
+	Kept      int64
 }
 
 // Stats returns the client's counts.
 func (c *Client) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Stats{Dials: c.dials.Load(), Peeks: c.peeks.Load(), Idle: len(c.idle)}
+	return Stats{Dials: c.dials.Load(), Peeks: c.peeks.Load(), Idle: len(c.idle),
+		Lingering: c.lingering, Lingered: c.lingered.Load(), Kept: c.kept.Load()}
 }
 
 // CloseIdleConnections closes the pooled connections; those in use are
@@ -175,6 +201,7 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 			closeBody(req)
 			return nil, err
 		}
+		reused := cn.reused // cn may be lingering, then pooled, once roundTrip fails
 		res, err := cn.roundTrip(req, out)
 		if err == nil {
 			if out.body != nil {
@@ -182,7 +209,7 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return res, nil
 		}
-		if attempt == 0 && cn.reused && retryable(req, out, cn, err) {
+		if attempt == 0 && reused && retryable(req, out, cn, err) {
 			continue
 		}
 		closeBody(req)
@@ -197,7 +224,8 @@ func closeBody(req *http.Request) {
 }
 
 // retryable applies RoundTrip's rule to a failed attempt on a pooled
-// connection.
+// connection. It reads cn only when the request's context has not ended:
+// otherwise cn may be lingering (linger.go).
 func retryable(req *http.Request, out *outgoing, cn *Conn, err error) bool {
 	if req.Context().Err() != nil || cn.timedOut {
 		return false

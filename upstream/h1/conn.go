@@ -215,9 +215,11 @@ func (cn *Conn) ReadResponse(req *http.Request) (*http.Response, error) {
 		got, err := readResponse(cn.br, req.Method, res, b)
 		if err != nil {
 			cn.gotByte = cn.gotByte || got
-			err = cn.readErr(err, true)
-			cn.Close()
-			return nil, err
+			rerr := cn.readErr(err, true)
+			if !cn.lingerHead(req.Method, err) {
+				cn.Close()
+			}
+			return nil, rerr
 		}
 		cn.gotByte = true
 		code := res.StatusCode

@@ -110,7 +110,7 @@ func readLongHead(br *bufio.Reader) (string, error) {
 			if errors.Is(err, io.EOF) {
 				return "", io.ErrUnexpectedEOF
 			}
-			return "", err
+			return "", fmt.Errorf("%w: %w", errPartHead, err)
 		}
 	}
 }
