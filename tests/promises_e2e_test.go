@@ -86,11 +86,23 @@ func (g *greedyUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	if want, err := strconv.ParseInt(r.Header.Get("X-Out"), 10, 64); err == nil && want < out {
 		out = want
 	}
-	h.completion = out
+	var n int64 = 1
+	_ = json.Unmarshal(top["n"], &n)
+	h.completion = out * max(n, 1) // every choice writes the cap
 	g.mu.Lock()
 	g.hits = append(g.hits, h)
 	g.mu.Unlock()
 
+	out = h.completion
+	switch r.URL.Path {
+	case "/v1/messages":
+		g.anthropic(w, model, stream, h.prompt, out)
+		return
+	case "/v1/responses":
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"resp_g","object":"response","status":"incomplete","model":%q,"output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"words"}]}],"usage":{"input_tokens":%d,"output_tokens":%d,"total_tokens":%d}}`+"\n", model, h.prompt, out, h.prompt+out)
+		return
+	}
 	usage := fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}`, h.prompt, out, h.prompt+out)
 	if !stream {
 		w.Header().Set("Content-Type", "application/json")
@@ -114,6 +126,29 @@ func (g *greedyUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-g\",\"object\":\"chat.completion.chunk\",\"model\":%q,\"choices\":[],\"usage\":%s}\n\n", model, usage)
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+// anthropic answers in the Messages API's shape; in a stream the usage
+// comes in message_start (input) and message_delta (cumulative output).
+func (g *greedyUpstream) anthropic(w http.ResponseWriter, model string, stream bool, in, out int64) {
+	if !stream {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"msg_g","type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":"words"}],"stop_reason":"max_tokens","usage":{"input_tokens":%d,"output_tokens":%d}}`+"\n", model, in, out)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	ev := func(name, data string) {
+		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, data)
+		if fl, ok := w.(http.Flusher); ok {
+			fl.Flush()
+		}
+	}
+	ev("message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":"msg_g","type":"message","role":"assistant","model":%q,"content":[],"usage":{"input_tokens":%d,"output_tokens":1}}}`, model, in))
+	ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
+	ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"words words"}}`)
+	ev("content_block_stop", `{"type":"content_block_stop","index":0}`)
+	ev("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":%d}}`, out))
+	ev("message_stop", `{"type":"message_stop"}`)
 }
 
 func (g *greedyUpstream) all() []greedyHit {
@@ -142,8 +177,17 @@ type clampVariant struct {
 	capDigits  string // what the client wrote
 	addName    string // the member the proxy must add when the client named none
 	stream     bool
-	usageAsked bool // the client set stream_options.include_usage itself
+	usageAsked bool // the client set stream_options.include_usage itself (or no stream_options apply)
 	model      string
+	path       string // default /v1/chat/completions
+	n          int64  // choices (0: 1)
+}
+
+func (v clampVariant) urlPath() string {
+	if v.path == "" {
+		return "/v1/chat/completions"
+	}
+	return v.path
 }
 
 func (v clampVariant) sent() []byte {
@@ -169,6 +213,32 @@ var clampVariants = []clampVariant{
 		body: `{"model":"gpt-4o-mini","messages":` + storyMsgs + `,"stream":true,"max_tokens":%CAP%}`},
 	{name: "reasoning model, no cap", model: "o3", addName: "max_completion_tokens",
 		body: `{"model":"o3","messages":` + storyMsgs + `}`},
+	{name: "three choices, huge cap", model: "gpt-4o-mini", capName: "max_tokens", capDigits: "100000", n: 3,
+		body: `{"model":"gpt-4o-mini","n":3,"messages":` + storyMsgs + `,"max_tokens":%CAP%}`},
+	{name: "cap 1e9", model: "gpt-4o-mini", capName: "max_tokens", capDigits: "1e9",
+		body: `{"model":"gpt-4o-mini","max_tokens":%CAP%,"messages":` + storyMsgs + `}`},
+	{name: "cap as a string", model: "gpt-4o-mini", capName: "max_tokens", capDigits: `"2000"`,
+		body: `{"model":"gpt-4o-mini","max_tokens":%CAP%,"messages":` + storyMsgs + `}`},
+	{name: "cap null", model: "gpt-4o-mini", capName: "max_completion_tokens", capDigits: "null",
+		body: `{"model":"gpt-4o-mini","messages":` + storyMsgs + `,"max_completion_tokens":%CAP%}`},
+	{name: "responses, no cap", model: "gpt-4o-mini", addName: "max_output_tokens", path: "/v1/responses",
+		body: `{"model":"gpt-4o-mini","input":"Write a very long story about a lighthouse keeper and the sea."}`},
+	{name: "anthropic, huge cap", model: "claude-3-5-haiku-latest", capName: "max_tokens", capDigits: "64000", path: "/v1/messages",
+		body: `{"model":"claude-3-5-haiku-latest","max_tokens":%CAP%,"messages":[{"role":"user","content":"Write a very long story about a lighthouse keeper and the sea."}]}`},
+	{name: "anthropic stream, huge cap", model: "claude-3-5-haiku-latest", capName: "max_tokens", capDigits: "64000", path: "/v1/messages",
+		stream: true, usageAsked: true,
+		body: `{"model":"claude-3-5-haiku-latest","stream":true,"max_tokens":%CAP%,"messages":[{"role":"user","content":"Write a very long story about a lighthouse keeper and the sea."}]}`},
+}
+
+// pricedVariants are the variants of the models the usd case prices.
+func pricedVariants() []clampVariant {
+	var out []clampVariant
+	for _, v := range clampVariants {
+		if strings.HasPrefix(v.model, "gpt-4o") {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // clampCase is one budget: its rule, and what a request costs in the rule's
@@ -191,7 +261,7 @@ var clampTokens = clampCase{
 	file: `
 [[rule]]
 name   = "clamp-total"
-key    = ["global"]
+key    = ["header:X-Run"]
 cost   = "total_tokens"
 output = "clamp"
 limit  = 60000
@@ -203,7 +273,7 @@ var clampUSD = clampCase{
 	// $0.50 at $2.50/M input and $10/M output: 2.5 µ$ an input token,
 	// 10 µ$ an output token.
 	rule: "clamp-usd", limit: 500000, minOut: 16, reserve: 500, refusal: "insufficient_quota",
-	variants: clampVariants[:7], // priced models only
+	variants: pricedVariants(),
 	cost:     func(p, c int64) int64 { return (5*p+1)/2 + 10*c },
 	file: `
 [price."gpt-4o*"]
@@ -212,7 +282,7 @@ output = 10.00
 
 [[rule]]
 name   = "clamp-usd"
-key    = ["global"]
+key    = ["header:X-Run"]
 cost   = "usd"
 output = "clamp"
 limit  = 0.5
@@ -246,34 +316,73 @@ type clampOutcome struct {
 var capAppended = regexp.MustCompile(`^\s*,\s*"([a-z_]+)"\s*:\s*([0-9]+)\s*\}\s*$`)
 
 func runClampPromise(t *testing.T, c clampCase, ps []*proc, g *greedyUpstream) {
-	const path = "/v1/chat/completions"
 	est := make([]int64, len(c.variants))
 	var maxEst int64
 	for i, v := range c.variants {
-		est[i] = estimate(t, ps[0], v.model, path, v.sent())
+		est[i] = estimate(t, ps[0], v.model, v.urlPath(), v.sent())
 		maxEst = max(maxEst, est[i])
 		if len(ps) > 1 {
-			if e := estimate(t, ps[1], v.model, path, v.sent()); e != est[i] {
+			if e := estimate(t, ps[1], v.model, v.urlPath(), v.sent()); e != est[i] {
 				t.Fatalf("%s: the instances estimate %d and %d", v.name, est[i], e)
 			}
 		}
 	}
+	// One budget (X-Run) per round. A round opens with one request of one
+	// shape alone, so that every shape is admitted at least once, then
+	// sends a burst from 24 clients at once over both instances: moderate
+	// requests first (small, mid, no cap, the streams), then every shape,
+	// the huge caps among them.
+	for first := range c.variants {
+		runClampRound(t, c, ps, g, fmt.Sprintf("run%d", first), first, est, maxEst, 60)
+	}
+	runClampRound(t, c, ps, g, "big", -1, est, maxEst, 150)
+}
 
-	// 150 moderate requests first (small, mid, no cap, the streams), then
-	// 90 of every shape, the huge caps among them; 24 clients at once.
+func runClampRound(t *testing.T, c clampCase, ps []*proc, g *greedyUpstream, run string, first int, est []int64, maxEst int64, moderates int) {
+	t.Helper()
 	var order []int
 	moderate := []int{0, 1, 2, 4, 5}
-	for i := range 150 {
+	for i := range moderates {
 		order = append(order, moderate[i%len(moderate)])
 	}
-	for i := range 90 {
+	for i := range 2 * len(c.variants) {
 		order = append(order, i%len(c.variants))
 	}
-	outs := make([]clampOutcome, len(order))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	do := func(i, vi int, p *proc) clampOutcome {
+		v := c.variants[vi]
+		id := fmt.Sprintf("%s-%d", run, i)
+		res := send(ctx, p, http.MethodPost, v.urlPath(), v.sent(),
+			"X-Req-Id", id, "X-Run", run, "X-Est", strconv.FormatInt(est[vi], 10))
+		o := clampOutcome{v: v, id: id, err: res.err}
+		if res.err == nil {
+			o.status = res.r.StatusCode
+			o.clamped = res.r.Header.Values("X-Ratelimit-Output-Clamped")
+			o.body = res.r.body
+			var m map[string]any
+			if json.Unmarshal(res.r.body, &m) == nil {
+				if e, ok := m["error"].(map[string]any); ok {
+					o.code = e["code"]
+				} else {
+					o.code = m["error"]
+				}
+				o.denied = m["denied_by"]
+			}
+		}
+		return o
+	}
+	var outs []clampOutcome
+	if first >= 0 {
+		o := do(-1, first, ps[len(ps)-1])
+		if o.err == nil && o.status != http.StatusOK {
+			t.Errorf("%s (%s): the first request on a fresh budget got %d: %s", o.id, o.v.name, o.status, o.body)
+		}
+		outs = append(outs, o)
+	}
+	burst := make([]clampOutcome, len(order))
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
-	defer cancel()
 	for w := range 24 {
 		wg.Add(1)
 		go func() {
@@ -283,36 +392,20 @@ func runClampPromise(t *testing.T, c clampCase, ps []*proc, g *greedyUpstream) {
 				if i >= len(order) {
 					return
 				}
-				vi := order[i]
-				v := c.variants[vi]
-				id := fmt.Sprintf("r%d", i)
-				res := send(ctx, ps[(i+w)%len(ps)], http.MethodPost, path, v.sent(),
-					"X-Req-Id", id, "X-Est", strconv.FormatInt(est[vi], 10))
-				o := clampOutcome{v: v, id: id, err: res.err}
-				if res.err == nil {
-					o.status = res.r.StatusCode
-					o.clamped = res.r.Header.Values("X-Ratelimit-Output-Clamped")
-					o.body = res.r.body
-					var m map[string]any
-					if json.Unmarshal(res.r.body, &m) == nil {
-						if e, ok := m["error"].(map[string]any); ok {
-							o.code = e["code"]
-						} else {
-							o.code = m["error"]
-						}
-						o.denied = m["denied_by"]
-					}
-				}
-				outs[i] = o
+				burst[i] = do(i, order[i], ps[(i+w)%len(ps)])
 			}
 		}()
 	}
 	wg.Wait()
+	outs = append(outs, burst...)
 
-	hits := g.byID()
+	hits := map[string]greedyHit{}
 	var spent int64
 	for _, h := range g.all() {
-		spent += c.cost(h.prompt, h.completion)
+		if strings.HasPrefix(h.id, run+"-") {
+			hits[h.id] = h
+			spent += c.cost(h.prompt, h.completion)
+		}
 	}
 	admitted, refused := 0, 0
 	for _, o := range outs {
@@ -340,23 +433,25 @@ func runClampPromise(t *testing.T, c clampCase, ps []*proc, g *greedyUpstream) {
 			t.Errorf("%s (%s): status %d, want 200 or 429: %s", o.id, o.v.name, o.status, o.body)
 		}
 	}
-	if got := len(g.all()); got != admitted {
-		t.Errorf("the upstream saw %d requests, %d were admitted", got, admitted)
+	if len(hits) != admitted {
+		t.Errorf("%s: the upstream saw %d requests, %d were admitted", run, len(hits), admitted)
 	}
-	t.Logf("%s: %d admitted, %d refused; the upstream produced %d of %d", c.rule, admitted, refused, spent, c.limit)
+	if run == "big" || testing.Verbose() && first == 0 {
+		t.Logf("%s %s: %d admitted, %d refused; the upstream produced %d of %d", c.rule, run, admitted, refused, spent, c.limit)
+	}
 	// The promise.
 	if spent > c.limit {
-		t.Errorf("DEFECT? budget overshot: the admitted requests cost %d, the limit is %d", spent, c.limit)
+		t.Errorf("DEFECT? %s: budget overshot: the admitted requests cost %d, the limit is %d", run, spent, c.limit)
 	}
 	// Not vacuous: demand was far above the limit, so some were refused;
 	// and since every reservation was settled exactly (the upstream reported
 	// what was reserved), the budget is full up to less than the largest
 	// input plus min_output.
 	if refused == 0 {
-		t.Errorf("no request refused: the test did not reach the limit")
+		t.Errorf("%s: no request refused: the test did not reach the limit", run)
 	}
 	if slack := c.limit - spent; slack >= c.cost(maxEst, c.minOut) {
-		t.Errorf("%d left unspent after refusals, want less than one input plus min_output (%d)", slack, c.cost(maxEst, c.minOut))
+		t.Errorf("%s: %d left unspent after refusals, want less than one input plus min_output (%d)", run, slack, c.cost(maxEst, c.minOut))
 	}
 }
 
@@ -383,11 +478,16 @@ func checkClampedRequest(t *testing.T, c clampCase, o clampOutcome, h greedyHit)
 	}
 	lowered := true
 	if v.capName != "" {
-		asked, _ := strconv.ParseInt(v.capDigits, 10, 64)
-		if h.capVal > asked {
-			t.Errorf("%s: cap raised from %d to %d", what, asked, h.capVal)
+		if asked, err := strconv.ParseInt(v.capDigits, 10, 64); err == nil {
+			if h.capVal > asked {
+				t.Errorf("%s: cap raised from %d to %d", what, asked, h.capVal)
+			}
+			lowered = h.capVal != asked
+		} else if f, err := strconv.ParseFloat(strings.Trim(v.capDigits, `"`), 64); err == nil && float64(h.capVal) > f {
+			// Not a whole number (1e9, a string): always replaced (the
+			// header says so), never by more than it asked.
+			t.Errorf("%s: cap %s replaced by %d, more than it asked", what, v.capDigits, h.capVal)
 		}
-		lowered = h.capVal != asked
 	} else if h.capVal > c.reserve {
 		t.Errorf("%s: no cap named, got %d, more than OUTPUT_TOKEN_RESERVE %d", what, h.capVal, c.reserve)
 	}
@@ -437,7 +537,8 @@ func checkClampedRequest(t *testing.T, c clampCase, o clampOutcome, h greedyHit)
 }
 
 func clampEnv(c clampCase) map[string]string {
-	return map[string]string{"CHAT_RPM": "100000", "OUTPUT_TOKEN_RESERVE": strconv.FormatInt(c.reserve, 10), "MAX_INPUT_TOKENS": "100000"}
+	return map[string]string{"CHAT_RPM": "100000", "OUTPUT_TOKEN_RESERVE": strconv.FormatInt(c.reserve, 10), "MAX_INPUT_TOKENS": "100000",
+		"PROTECTED_PATHS": "/v1/chat/completions,/v1/messages,/v1/responses"}
 }
 
 func TestPromiseClampTokensInMemory(t *testing.T) {
