@@ -805,6 +805,21 @@ func TestPromiseLearnedReserve(t *testing.T) {
 	}
 	waitReserve(model, learnedReserve(outputs(model)))
 
+	// Answers of n > 1 choices are not one answer's output: left out, so
+	// 150 of them teach nothing.
+	const multi = "gpt-4o-2024-08-06"
+	for i := range 150 {
+		res := send(context.Background(), p, http.MethodPost, path,
+			[]byte(`{"model":"`+multi+`","n":2,"max_tokens":5000,"messages":[{"role":"user","content":"Summarise the history of lighthouses."}]}`),
+			"X-Rule", "clamp", "X-Run", "c", "X-Out", "700", "X-Est", strconv.FormatInt(est, 10))
+		if res.err != nil || res.r.StatusCode != 200 {
+			t.Fatalf("n=2 request %d: %v %v", i, res.err, res.r)
+		}
+	}
+	if got := probe(multi, 700); got != learnedMin {
+		t.Errorf("after 150 answers of n=2: a request naming no cap was sent %d, want the floor %d (n > 1 is left out)", got, learnedMin)
+	}
+
 	// Only the last 1000 count: after 1000 answers of 300, the 900s are gone.
 	learn(model, 1000, func(int) int64 { return 300 })
 	if want := learnedReserve(outputs(model)); want != 300 {
@@ -866,16 +881,46 @@ func fairKeysSeries(group string) string {
 // (X-Tag) in the order they reached it, the first one included.
 func grantOrder(t *testing.T, u *gateUpstream, path string, n int) []string {
 	t.Helper()
-	for range n {
+	heldOne(t, u, path)
+	for i := range n {
 		before := u.count(path)
-		u.release(t, path)
-		u.waitHits(t, path, before+1, 15*time.Second)
+		start := u.release(t, path)
+		// The released request is done and the next one is held.
+		if !waitFor(15*time.Second, func() bool { return u.count(path) == before+1 && u.inFlight(path) == 1 }) {
+			t.Fatalf("grant %d: no next request reached the upstream within 15 s of a release (%d requests so far, %d in flight)", i+1, u.count(path), u.inFlight(path))
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Logf("grant %d took %v after its slot was freed", i+1, d)
+		}
 	}
 	var order []string
 	for _, h := range u.hitsOf(path) {
 		order = append(order, h.tag)
 	}
 	return order
+}
+
+// heldOne waits until exactly one request of a max_in_flight = 1 group is
+// held at the upstream: no grant is on its way.
+func heldOne(t *testing.T, u *gateUpstream, path string) {
+	t.Helper()
+	if !waitFor(15*time.Second, func() bool { return u.inFlight(path) == 1 }) {
+		t.Fatalf("%s: %d requests in flight, want 1 held", path, u.inFlight(path))
+	}
+}
+
+func (u *gateUpstream) inFlight(path string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.cur[path]
+}
+
+// patient is p with a client that waits up to a minute: queued backlogs
+// outlive the harness client's 15 s.
+func patient(p *proc) *proc {
+	q := *p
+	q.client = &http.Client{Transport: &http.Transport{Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: 64}, Timeout: 60 * time.Second}
+	return &q
 }
 
 func fairHdr(team, plan string) []string {
@@ -896,7 +941,11 @@ func sendBacklog(ctx context.Context, p *proc, path string, n int, team, plan st
 }
 
 func runFairPromise(t *testing.T, ps []*proc, u *gateUpstream) {
-	a, b := ps[0], ps[len(ps)-1]
+	a, b := patient(ps[0]), patient(ps[len(ps)-1])
+	t.Cleanup(func() {
+		a.client.CloseIdleConnections()
+		b.client.CloseIdleConnections()
+	})
 
 	t.Run("admin rules list fair_by and fair_weights", func(t *testing.T) {
 		r := a.do(t, http.MethodGet, a.adminURL("/admin/rules"), nil)
@@ -958,7 +1007,61 @@ func runFairPromise(t *testing.T, ps []*proc, u *gateUpstream) {
 		}
 		wantOK(t, await(t, single, 15*time.Second, "beta's request"), "beta's request")
 		wantOK(t, await(t, first, 15*time.Second, "alpha's first request"), "alpha's first request")
+
+		// 20 turns later (alpha alone), gamma comes, and beta again: each
+		// within one turn.
+		_ = grantOrder(t, u, fpOne, 20)
+		for _, team := range []string{"gamma", "beta"} {
+			heldOne(t, u, fpOne)
+			before := u.count(fpOne)
+			late := goSend(ctx, b, http.MethodPost, fpOne, nil, fairHdr(team, "")...)
+			if !waitFor(15*time.Second, func() bool { return sample(t, b, fairKeysSeries("fair")) >= 1 }) {
+				t.Fatalf("%s's request is not queued on its instance", team)
+			}
+			order := grantOrder(t, u, fpOne, 2)[before:]
+			t.Logf("grants after %s came: %v", team, order)
+			if order[0] != team && order[1] != team {
+				t.Errorf("DEFECT? %s's request, arriving after %d grants, was not among the next 2 grants: %v", team, before, order)
+				return
+			}
+			if order[1] == team {
+				u.release(t, fpOne)
+			}
+			wantOK(t, await(t, late, 15*time.Second, team+"'s request"), team+"'s request")
+		}
 		cancel() // the backlog leaves the queue
+		waitDepth(t, ps, "fair", "default", 0, 20*time.Second)
+	})
+
+	t.Run("a caller who abandoned its backlog starts afresh", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		_ = goSend(ctx, a, http.MethodPost, fpOne, nil, fairHdr("holder", "")...)
+		heldOne(t, u, fpOne)
+		// delta queues 100 and gives up on all of them.
+		gone, leave := context.WithCancel(ctx)
+		_ = sendBacklog(gone, a, fpOne, 100, "delta", "")
+		waitDepth(t, ps, "fair", "default", 100, 20*time.Second)
+		leave()
+		waitDepth(t, ps, "fair", "default", 0, 20*time.Second)
+		// epsilon's backlog on one instance, then delta's one request on the other.
+		_ = sendBacklog(ctx, a, fpOne, 30, "epsilon", "")
+		waitDepth(t, ps, "fair", "default", 30, 20*time.Second)
+		back := goSend(ctx, b, http.MethodPost, fpOne, nil, fairHdr("delta", "")...)
+		waitDepth(t, ps, "fair", "default", 31, 15*time.Second)
+		heldOne(t, u, fpOne)
+		before := u.count(fpOne)
+		order := grantOrder(t, u, fpOne, 2)[before:]
+		t.Logf("grants after delta came back: %v", order)
+		if order[0] != "delta" && order[1] != "delta" {
+			t.Errorf("DEFECT? delta, back after abandoning 100 queued requests, was not among the next 2 grants behind epsilon's 30: %v", order)
+			return
+		}
+		if order[1] == "delta" {
+			u.release(t, fpOne)
+		}
+		wantOK(t, await(t, back, 15*time.Second, "delta's request"), "delta's request")
+		cancel()
 		waitDepth(t, ps, "fair", "default", 0, 20*time.Second)
 	})
 
