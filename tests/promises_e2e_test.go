@@ -439,6 +439,8 @@ func runClampRound(t *testing.T, c clampCase, ps []*proc, g *greedyUpstream, run
 	if run == "big" || testing.Verbose() && first == 0 {
 		t.Logf("%s %s: %d admitted, %d refused; the upstream produced %d of %d", c.rule, run, admitted, refused, spent, c.limit)
 	}
+	// The rule's counter holds exactly what was settled: the usage reported.
+	checkCounter(t, c, ps[0], run, spent)
 	// The promise.
 	if spent > c.limit {
 		t.Errorf("DEFECT? %s: budget overshot: the admitted requests cost %d, the limit is %d", run, spent, c.limit)
@@ -1147,4 +1149,30 @@ func TestPromiseFairShareTwoInstancesOneRedis(t *testing.T) {
 	ps := []*proc{startProxy(t, u.srv.URL, env, "-config", cfg), startProxy(t, u.srv.URL, env, "-config", cfg)}
 	t.Cleanup(u.unblock)
 	runFairPromise(t, ps, u)
+}
+
+// checkCounter reads the budget's counter of one run through the admin API
+// (?top lists every key holding something) and compares it with what the
+// upstream reported, in tokens or micro-dollars.
+func checkCounter(t *testing.T, c clampCase, p *proc, run string, spent int64) {
+	t.Helper()
+	r := p.do(t, http.MethodGet, p.adminURL("/admin/limits/"+c.rule+"?top=1000"), nil)
+	wantStatus(t, r, 200)
+	keys, _ := r.json(t)["keys"].([]any)
+	for _, x := range keys {
+		m, _ := x.(map[string]any)
+		k, _ := m["key"].(string)
+		if k != run && !strings.HasSuffix(k, "="+run) && !strings.HasSuffix(k, ":"+run) {
+			continue
+		}
+		used := num(m["used"])
+		if c.rule == "clamp-usd" {
+			used = math.Round(used * 1e6)
+		}
+		if used != float64(spent) {
+			t.Errorf("%s: the counter of %s shows %v used, the upstream reported %d", run, k, m["used"], spent)
+		}
+		return
+	}
+	t.Errorf("%s: /admin/limits/%s?top=1000 lists no key of the run: %s", run, c.rule, r.body)
 }
