@@ -17,7 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
@@ -265,11 +264,13 @@ func (p *Proxy) syncLearned(ctx context.Context, period time.Duration) {
 
 // Handler is the public listener's handler.
 func (p *Proxy) Handler() http.Handler {
-	r := chi.NewRouter()
-	r.Handle("/*", p)
-	r.NotFound(p.ServeHTTP)
-	r.MethodNotAllowed(p.ServeHTTP)
-	return r
+	// Every path, method and form of request target is the proxy's to
+	// judge (routing is PROTECTED_PATHS and the rules' paths, in
+	// ServeHTTP), so a router in front would only match "/*": chi did,
+	// and cost every request a copy of its http.Request, a context and
+	// its path value (4 allocations, 0.4 µs) for nothing. The admin API
+	// keeps chi.
+	return p
 }
 
 // ServeHTTP runs one request: the guard chain on protected routes and
