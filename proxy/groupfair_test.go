@@ -34,6 +34,31 @@ func (k *gatekeeper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, `{"ok":true}`)
 }
 
+// sender returns a function that posts a chat request of a team and plan
+// to the proxy at url in the background, expecting 200; the test's
+// cleanup answers whatever still waits at k, then waits for every request.
+func (k *gatekeeper) sender(t *testing.T, url string) func(team, plan string) {
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	t.Cleanup(func() { close(k.go1) }) // first: whatever still waits at the upstream answers
+	return func(team, plan string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := postTo(context.Background(), url+"/v1/chat/completions", "X-Team", team, "X-Plan", plan)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusOK {
+				t.Errorf("%s: %d", team, res.StatusCode)
+			}
+		}()
+	}
+}
+
 // The proxy wires fair_by and fair_weights: one team's backlog does not
 // hold back another team's single request by more than one turn, and a
 // pro plan (weight 3) takes three turns for the free plan's one.
@@ -58,25 +83,7 @@ max_in_flight = 1
 fair_by = "header:X-Team"
 fair_weights = { pro = 3 }
 `, shared)
-	var wg sync.WaitGroup
-	t.Cleanup(wg.Wait)
-	t.Cleanup(func() { close(k.go1) }) // first: whatever still waits at the upstream answers
-	send := func(team, plan string) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res, err := postTo(context.Background(), srv.URL+"/v1/chat/completions", "X-Team", team, "X-Plan", plan)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			io.Copy(io.Discard, res.Body)
-			res.Body.Close()
-			if res.StatusCode != http.StatusOK {
-				t.Errorf("%s: %d", team, res.StatusCode)
-			}
-		}()
-	}
+	send := k.sender(t, srv.URL)
 	queued := func(n float64) {
 		t.Helper()
 		waitGauge(t, f, "ratelimit_proxy_upstream_queue_depth", "group=chat,priority=default", n)
@@ -153,25 +160,8 @@ func TestCookbookFairShare(t *testing.T) {
 	f := newFixture(t, upstreamAt(up.URL), cookbook(t, "fair-share.toml", "UPSTREAM_URL", up.URL), realClock)
 	srv := httptest.NewServer(f.handler)
 	t.Cleanup(srv.Close)
-	var wg sync.WaitGroup
-	t.Cleanup(wg.Wait)
-	t.Cleanup(func() { close(k.go1) })
-	send := func(team string) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res, err := postTo(context.Background(), srv.URL+"/v1/chat/completions", "X-Team", team, "X-Plan", "free")
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			io.Copy(io.Discard, res.Body)
-			res.Body.Close()
-			if res.StatusCode != http.StatusOK {
-				t.Errorf("%s: %d", team, res.StatusCode)
-			}
-		}()
-	}
+	post := k.sender(t, srv.URL)
+	send := func(team string) { post(team, "free") }
 	for range 8 {
 		send("batch")
 		<-k.in
