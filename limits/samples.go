@@ -58,8 +58,9 @@ func NewSharedSamples(o SharedSamplesOptions) *SharedSamples {
 		window: max(o.Window, 1), names: max(o.Names, 1), timeout: o.Timeout, pending: map[string][]int64{}}
 }
 
-// Add buffers v under name until the next Sync; past Window values of a
-// name the oldest buffered goes, past Names names a new name is not kept.
+// Add buffers v under name until the next Sync, which sends the newest
+// Window of them (the buffer holds at most twice that); past Names names
+// a new name is not kept.
 func (s *SharedSamples) Add(name string, v int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -70,8 +71,10 @@ func (s *SharedSamples) Add(name string, v int64) {
 		}
 		s.order = append(s.order, name)
 	}
-	if len(p) == s.window {
-		p = append(p[:0], p[1:]...)
+	if len(p) == 2*s.window {
+		// Keep the newest Window: one move per Window values added,
+		// not one per value.
+		p = append(p[:0], p[s.window:]...)
 	}
 	s.pending[name] = append(p, v)
 }
@@ -87,6 +90,7 @@ func (s *SharedSamples) Sync(ctx context.Context) (map[string][]int64, error) {
 	args := []any{s.window, sampleTTL.Milliseconds(), s.names}
 	for _, name := range order {
 		vs := pending[name]
+		vs = vs[max(len(vs)-s.window, 0):]
 		args = append(args, name, len(vs))
 		for _, v := range vs {
 			args = append(args, v)
