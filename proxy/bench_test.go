@@ -36,11 +36,19 @@ func (s staticTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // discardWriter is a ResponseWriter that keeps nothing.
-type discardWriter struct{ h http.Header }
+type discardWriter struct {
+	h      http.Header
+	status int
+}
 
 func (d *discardWriter) Header() http.Header         { return d.h }
 func (d *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
-func (d *discardWriter) WriteHeader(int)             {}
+func (d *discardWriter) WriteHeader(code int)        { d.status = code }
+
+// SetReadDeadline and SetWriteDeadline are what the server's writer
+// answers: without them http.ResponseController builds an error.
+func (d *discardWriter) SetReadDeadline(time.Time) error  { return nil }
+func (d *discardWriter) SetWriteDeadline(time.Time) error { return nil }
 
 const chatBody = `{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Translate the following English text to French: Hello, how are you today? I hope everything is going well."}],"temperature":0.2,"max_tokens":128}`
 
@@ -226,5 +234,57 @@ func BenchmarkHandlerAccessLog(b *testing.B) {
 			}
 			postChats(b, p.Handler(), "/v1/chat/completions", nil)
 		})
+	}
+}
+
+// BenchmarkRefusedAllocs is BenchmarkHandlerRemembered without the
+// benchmark's own allocations: the 256 requests are built once and their
+// bodies rewound, so allocs/op is the proxy's own per 429.
+func BenchmarkRefusedAllocs(b *testing.B) {
+	ask := rememberedRefusals(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		ask(i)
+	}
+}
+
+// rememberedRefusals is a proxy whose 256 callers have each spent their
+// one request a minute, and ask(i) has caller i&255 ask again: a 429
+// from the refusal memory, through a writer that keeps nothing.
+func rememberedRefusals(tb testing.TB) (ask func(i int)) {
+	cfg := config.Default()
+	cfg.UpstreamURL = "http://upstream.invalid"
+	cfg.ChatRPM = 1
+	tk := tokens.New()
+	if err := tk.Preload(); err != nil {
+		tb.Fatal(err)
+	}
+	p, err := proxy.New(proxy.Options{Config: cfg, Store: limits.NewRemember(limits.NewMemory(limits.MemoryOptions{}), 100_000),
+		Logger: slog.New(slog.DiscardHandler), Tokenizer: tk, Registerer: prometheus.NewRegistry(),
+		Transport: staticTransport{body: []byte(`{}`)}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h := p.Handler()
+	reqs := make([]*http.Request, 256)
+	bodies := make([]*strings.Reader, 256)
+	w := &discardWriter{h: http.Header{}}
+	for i := range reqs {
+		bodies[i] = strings.NewReader(chatBody)
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", io.NopCloser(bodies[i]))
+		r.RemoteAddr = "203.0.113." + strconv.Itoa(i) + ":4711"
+		r.Header.Set("Content-Type", "application/json")
+		reqs[i] = r
+		h.ServeHTTP(w, r) // admitted: the one request
+	}
+	return func(i int) {
+		j := i & 255
+		bodies[j].Reset(chatBody)
+		clear(w.h)
+		h.ServeHTTP(w, reqs[j])
+		if w.status != http.StatusTooManyRequests {
+			tb.Fatalf("caller %d asking again: status %d, want 429", j, w.status)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -35,9 +36,10 @@ type exchange struct {
 	decision    string    // metrics label; set by the guard, refined on forwarding errors
 	forwardedAt time.Time // zero until the request leaves for the upstream
 	route       *routeMetrics
-	routeName   string // the PROTECTED_PATHS entry matched, or routeUnprotected
-	apiPath     string // protected: the canonical path that matched (error envelope, credential order)
-	protected   bool   // the path is a PROTECTED_PATHS entry's
+	drain       io.LimitedReader // discardUnread's reader, kept here so a refusal allocates none
+	routeName   string           // the PROTECTED_PATHS entry matched, or routeUnprotected
+	apiPath     string           // protected: the canonical path that matched (error envelope, credential order)
+	protected   bool             // the path is a PROTECTED_PATHS entry's
 	format      tokens.Format
 	body        *spooled // the buffered body of a protected request
 	bodyRead    bool     // the body was read while held: body, or bodyErr

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -242,9 +241,11 @@ func discardUnread(x *exchange, r *http.Request) {
 	if rc.SetReadDeadline(time.Now().Add(unreadWait)) != nil {
 		return // no deadline to bound the read with: left to the server
 	}
-	n, err := io.CopyN(io.Discard, r.Body, unreadMax+1)
+	x.drain = io.LimitedReader{R: r.Body, N: unreadMax + 1}
+	n, err := io.Copy(io.Discard, &x.drain)
+	x.drain.R = nil
 	_ = rc.SetReadDeadline(time.Time{})
-	if !errors.Is(err, io.EOF) || n > unreadMax {
+	if err != nil || n > unreadMax {
 		x.Header()["Connection"] = []string{"close"}
 	}
 }

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"net/http"
 	"net/netip"
@@ -177,15 +176,7 @@ func (c *clientIPs) ipCaller(r *http.Request) caller {
 	if !ip.IsValid() {
 		return caller{value: "ip:unknown"}
 	}
-	var buf [64]byte
-	b := append(buf[:0], "ip:"...)
-	if ip.Is6() {
-		p, _ := ip.Prefix(c.ipv6Prefix)
-		b = p.AppendTo(b)
-	} else {
-		b = ip.AppendTo(b)
-	}
-	return caller{value: string(b), ip: ip}
+	return caller{value: ipValue(ip, c.ipv6Prefix), ip: ip}
 }
 
 // The credential headers, in the order the path's API reads them:
@@ -251,16 +242,6 @@ func headerKey(r *http.Request, name string) string {
 		return tok
 	}
 	return ""
-}
-
-// hashKey is the public form of an API key: the first 16 hex digits of its
-// SHA-256 (64 bits: collisions between real keys are negligible).
-func hashKey(tok string) string {
-	sum := sha256.Sum256([]byte(tok))
-	var b [4 + 16]byte
-	copy(b[:], "key:")
-	hex.Encode(b[4:], sum[:8])
-	return string(b[:])
 }
 
 // maxJWTs bounds the distinct JWT-shaped credentials one request may

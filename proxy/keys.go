@@ -184,7 +184,7 @@ func (in *keyInput) key(ru *rule) (limits.Key, string, bool) {
 		if !ok {
 			return limits.Key{}, ru.key[0].label, false
 		}
-		return limits.KeyOf(ru.key[0].label, v), "", true
+		return ruleKey([]limits.Part{{Name: ru.key[0].label, Value: v}}), "", true
 	}
 	var buf [6]limits.Part
 	parts := buf[:0]
@@ -196,7 +196,7 @@ func (in *keyInput) key(ru *rule) (limits.Key, string, bool) {
 		}
 		parts = append(parts, limits.Part{Name: kp.label, Value: v})
 	}
-	return limits.NewKey(parts...), "", true
+	return ruleKey(parts), "", true
 }
 
 // conditionsHold reports whether the rule's conditions let it apply:

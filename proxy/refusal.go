@@ -4,7 +4,6 @@ import (
 	"hash/maphash"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
@@ -14,7 +13,7 @@ import (
 // refusal is the attacker's hot path. Its answer is rendered once per
 // (rule, key) and second and kept here (preparedCache): the JSON body and
 // every header value but Retry-After-Ms, which changes every millisecond
-// and is kept per millisecond. What the answer says is read from the
+// and comes from a table of recent values (recent.go). What the answer says is read from the
 // batch's decisions every time: an entry is used only when the decisions
 // render to the same bytes (the same rules, keys, limits and remaining,
 // the same waits in whole seconds), so it never decides anything, and a
@@ -74,28 +73,11 @@ type prepared struct {
 	body    []byte
 	headers []headerValue
 	expires time.Time // kept no longer (the memory's bound)
-	ms      atomic.Pointer[msValue]
 }
 
 type headerValue struct {
 	name  string
 	value []string
-}
-
-// msValue is a Retry-After-Ms value, kept for the millisecond it says.
-type msValue struct {
-	ms    int64
-	value []string
-}
-
-// retryMs is the Retry-After-Ms value for ms, made once per millisecond.
-func (pr *prepared) retryMs(ms int64) []string {
-	if v := pr.ms.Load(); v != nil && v.ms == ms {
-		return v.value
-	}
-	v := &msValue{ms: ms, value: intValue(ms)}
-	pr.ms.Store(v)
-	return v.value
 }
 
 type preparedKey struct {
@@ -202,7 +184,7 @@ func (x *exchange) writePrepared(d *denial) {
 	for _, kv := range pr.headers {
 		h[kv.name] = kv.value
 	}
-	h["Retry-After-Ms"] = pr.retryMs(d.retryMs)
+	h["Retry-After-Ms"] = msValue(d.retryMs)
 	x.limited = false // stamped: the prepared headers hold them
 	x.WriteHeader(pr.status)
 	x.Write(pr.body)
