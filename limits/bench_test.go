@@ -104,6 +104,85 @@ func fiveRules(key limits.Key, limit int64) []limits.Hit {
 func BenchmarkRedisDecide1(b *testing.B) { benchRedis(b, 1) }
 func BenchmarkRedisDecide5(b *testing.B) { benchRedis(b, 5) }
 
+// BenchmarkRedisDecide5vs1 is the five-rule batch against one rule side
+// by side in one run, so the machine's drift cannot favour either: blocks
+// of 256 decisions of one hit and of five alternate on one redis-server,
+// each block's CPU (this process and redis-server) added to its side.
+// five:one is the ratio of their CPU per decision.
+func BenchmarkRedisDecide5vs1(b *testing.B) {
+	srv := redistest.Start(b)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2})
+	b.Cleanup(func() { client.Close() })
+	for _, alg := range []limits.Algorithm{limits.SlidingWindow, limits.TokenBucket, "mixed"} {
+		b.Run(string(alg), func(b *testing.B) {
+			s := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: fmt.Sprintf("bench%d:", prefixes.Add(1)), Timeout: time.Second})
+			b.Cleanup(s.Close)
+			if err := s.Warm(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			batches := [2][]limits.Hit{benchHits(alg, 1), benchHits(alg, 5)}
+			out := make([]limits.Decision, 5)
+			ctx := context.Background()
+			for i := range 200 { // warm keys
+				s.Decide(ctx, batches[i%2], time.Now(), out)
+			}
+			const block = 256
+			var spent [2][2]time.Duration // [side][this process, redis-server]
+			var done [2]int
+			last, ok := cpuNow(srv.PID())
+			if !ok {
+				b.Skip("no CPU times to read here")
+			}
+			i := 0
+			for b.Loop() {
+				side := i / block % 2
+				if ok, err := s.Decide(ctx, batches[side], time.Now(), out); err != nil || !ok {
+					b.Fatal(ok, err)
+				}
+				done[side]++
+				if i++; i%block == 0 {
+					now, _ := cpuNow(srv.PID())
+					spent[side][0] += now[0] - last[0]
+					spent[side][1] += now[1] - last[1]
+					last = now
+				}
+			}
+			if done[0] < block || done[1] < block {
+				return // too few blocks to say
+			}
+			per := func(side, who int) float64 { return float64(spent[side][who]) / float64(done[side]/block*block) }
+			one, five := per(0, 0)+per(0, 1), per(1, 0)+per(1, 1)
+			b.ReportMetric(one, "one-cpu-ns/op")
+			b.ReportMetric(five, "five-cpu-ns/op")
+			b.ReportMetric(per(1, 0)-per(0, 0), "extra-proxy-ns/op")
+			b.ReportMetric(per(1, 1)-per(0, 1), "extra-redis-ns/op")
+			b.ReportMetric(five/one, "five:one")
+		})
+	}
+}
+
+// cpuNow is this process's CPU time and redis-server's (pid).
+func cpuNow(pid int) ([2]time.Duration, bool) {
+	self, ok1 := selfCPU()
+	server, ok2 := processCPU(pid)
+	return [2]time.Duration{self, server}, ok1 && ok2
+}
+
+// benchHits is a batch of n hits on one key, of alg's rules ("mixed":
+// windows and buckets alternating), never refused.
+func benchHits(alg limits.Algorithm, n int) []limits.Hit {
+	key := limits.KeyOf("caller", "ip:203.0.113.7")
+	var hits []limits.Hit
+	for i := range n {
+		r := sw(fmt.Sprint("r", i), 1<<40, time.Minute)
+		if alg == limits.TokenBucket || (alg == "mixed" && i%2 == 1) {
+			r = tb(fmt.Sprint("r", i), 1<<40, time.Minute, 1<<40)
+		}
+		hits = append(hits, limits.Hit{Rule: r, Key: key, Cost: 1})
+	}
+	return hits
+}
+
 func benchRedis(b *testing.B, n int) {
 	srv := redistest.Start(b)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2})
@@ -115,15 +194,7 @@ func benchRedis(b *testing.B, n int) {
 			if err := s.Warm(context.Background()); err != nil {
 				b.Fatal(err)
 			}
-			key := limits.KeyOf("caller", "ip:203.0.113.7")
-			var hits []limits.Hit
-			for i := range n {
-				r := sw(fmt.Sprint("r", i), 1<<40, time.Minute)
-				if alg == limits.TokenBucket || (alg == "mixed" && i%2 == 1) {
-					r = tb(fmt.Sprint("r", i), 1<<40, time.Minute, 1<<40)
-				}
-				hits = append(hits, limits.Hit{Rule: r, Key: key, Cost: 1})
-			}
+			hits := benchHits(alg, n)
 			out := make([]limits.Decision, n)
 			ctx := context.Background()
 			for range 100 { // warm keys
