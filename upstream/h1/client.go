@@ -17,6 +17,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -191,6 +192,19 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	defer out.free()
+	// Yield the processor first, so that the requests whose guards ran
+	// in the same scheduling round leave together, at its end, instead
+	// of one every few tens of microseconds: an event-loop upstream then
+	// reads a handful per wakeup instead of waking for each, as it does
+	// behind nginx, whose event loop sends a round's requests together.
+	// Measured with tests/bench/compare.sh (MODE=admitted, GOMAXPROCS=1,
+	// 50 clients): the upstream's wakeups per request fell from 0.95 to
+	// 0.1 and its CPU per request from 1.2–1.33× to 1.02–1.10× of what it
+	// spends behind nginx, at no cost in the proxy's own CPU or latency.
+	// An idle proxy has no one to yield to, and sends at once. It yields
+	// before it takes a connection, so that a client that left meanwhile
+	// costs none (the context is checked below).
+	runtime.Gosched()
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			closeBody(req)

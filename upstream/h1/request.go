@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -198,19 +197,7 @@ func appendField(b []byte, k, v string) []byte {
 
 // writeTo writes the request on cn: the head (with an inline body) in one
 // write, then a streamed body.
-//
-// It first yields the processor, so that the requests whose guards ran in
-// the same scheduling round leave together, at its end, instead of one
-// every few tens of microseconds: an event-loop upstream then reads a
-// handful per wakeup instead of waking for each, as it does behind nginx,
-// whose event loop sends a round's requests together. Measured with
-// tests/bench/compare.sh (MODE=admitted, GOMAXPROCS=1, 50 clients): the
-// upstream's wakeups per request fell from 0.95 to 0.1 and its CPU per
-// request from 1.2–1.33× to 1.02–1.10× of what it spends behind nginx,
-// at no cost in the proxy's own CPU or latency. An idle proxy has no one
-// to yield to, and sends at once.
 func (o *outgoing) writeTo(cn *Conn) error {
-	runtime.Gosched()
 	if _, err := cn.Write(*o.buf); err != nil {
 		return err
 	}
