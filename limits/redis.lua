@@ -12,14 +12,13 @@
 -- keys are followed by its pending mark's key (a Cluster), 2 as 1, and
 -- each hit recorded sets its pending mark: this part of a split batch may
 -- still be rolled back; [6] how long a pending mark lasts, ms (it outlasts
--- the rollback of the charge it marks); [7] the hits' parameters, one
--- struct "<Bdddd" a hit: its algorithm ("w": sliding window, "b": token
--- bucket, "c": calendar; in capitals for a shadow rule), its limit and,
--- a window: its length (µs), the cost and 0; a bucket: its window (µs),
--- the cost and its burst; a calendar counter: its current period's start
--- (unix s), the cost and how long its key lives when written in this
--- period (s: to the period's end and a margin). (One argument for the
--- batch: each argument costs Redis an object and the script a string.)
+-- the rollback of the charge it marks); then per hit its algorithm ("w":
+-- sliding window, "b": token bucket, "c": calendar; in capitals for a
+-- shadow rule), limit and, a window: its length (µs) and the cost; a
+-- bucket: its window (µs), the cost and its burst; a calendar counter:
+-- its current period's start (unix s), the cost and how long its key
+-- lives when written in this period (s: to the period's end and a
+-- margin).
 --
 -- KEYS, per hit in order: a sliding window's string and list (below); a
 -- token bucket's one string key (its tokens and their time, see bread); a
@@ -512,24 +511,24 @@ local REPLY = '<dddddd'
 
 local ok = true
 local hits, first = {}, {}
-local k, params = 1, ARGV[7]
-local W, WS, B, BS = 119, 87, 98, 66 -- w, W, b, B
+local k, a = 1, 7
 for i = 1, n do
-  local alg, limit, p2, cost, p4 = unpack_s('<Bdddd', params, 33 * i - 32)
-  local hit
-  if alg == W or alg == WS then
+  local alg, hit = ARGV[a]
+  if alg == 'w' or alg == 'W' then
     -- [1] to [9], then [10] to [31] (see above)
-    hit = {KEYS[k], p2, 'w', alg == WS, limit, cost, false, false, 0,
+    hit = {KEYS[k], tonumber(ARGV[a + 2]), 'w', alg == 'W', tonumber(ARGV[a + 1]), tonumber(ARGV[a + 3]), false, false, 0,
            KEYS[k + 1], '', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, false, 0, false, 0, 0, 0, false}
-    k = k + 2
-  elseif alg == B or alg == BS then
+    a, k = a + 4, k + 2
+  elseif alg == 'b' or alg == 'B' then
     -- [1] to [9], then [10] to [13]
-    hit = {KEYS[k], p2, 'b', alg == BS, limit, cost, false, false, 0, p4, false, false, 0}
-    k = k + 1
+    hit = {KEYS[k], tonumber(ARGV[a + 2]), 'b', alg == 'B', tonumber(ARGV[a + 1]), tonumber(ARGV[a + 3]), false, false, 0,
+           tonumber(ARGV[a + 4]), false, false, 0}
+    a, k = a + 5, k + 1
   else
     -- [1] to [9] ([2] unused), then [10] to [14]
-    hit = {KEYS[k], 0, 'c', alg == 67, limit, cost, false, false, 0, p2, int(p4), 0, 0, false}
-    k = k + 1
+    hit = {KEYS[k], 0, 'c', alg == 'C', tonumber(ARGV[a + 1]), tonumber(ARGV[a + 3]), false, false, 0,
+           tonumber(ARGV[a + 2]), ARGV[a + 4], 0, 0, false}
+    a, k = a + 5, k + 1
   end
   first[i] = hit[1]
   if marks > 0 then
@@ -552,7 +551,7 @@ for i = 1, n do
   if not hit[8] and not hit[4] then ok = false end
 end
 
--- Clamping hits (SPEC §8.2): after the hits' parameters, ARGV holds their number,
+-- Clamping hits (SPEC §8.2): after the hits, ARGV holds their number,
 -- the batch's output asked for and its minimum, then per clamping hit its
 -- index, base cost and cost per output token. When one of them has less
 -- left than its cost, the output is lowered to the largest that fits on
@@ -560,7 +559,6 @@ end
 -- and each is charged its base plus that output's price, here, in the
 -- step that read what remains. Returned after the hits: the output (-1
 -- when nothing was lowered), then each clamping hit's cost.
-local a = 8
 local nc = tonumber(ARGV[a]) or 0
 local outcap = -1
 if nc > 0 and mode ~= 2 then

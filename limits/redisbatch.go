@@ -2,9 +2,7 @@ package limits
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 	"unsafe"
@@ -145,39 +143,23 @@ func algorithmArg(a Algorithm) string {
 	return "w"
 }
 
-// hitParams is the size of one hit's parameters in redis.lua's packed
-// argument: struct "<Bdddd".
-const hitParams = 33
+// decideArgs are the algorithms as redis.lua names them, in capitals for
+// a shadow rule, boxed once (an argument boxed per call is an allocation).
+var decideArgs = [2][3]any{{"w", "b", "c"}, {"W", "B", "C"}}
 
-// appendHitParams appends h's parameters as redis.lua reads them: its
-// algorithm's letter (in capitals for a shadow rule), then four doubles
-// (see the script). Packed in one argument, a batch costs Redis and the
-// client one argument instead of four or five per hit.
-func appendHitParams(b []byte, h *Hit, now time.Time) []byte {
-	limit, burst := h.Limits()
-	var letter byte
-	var p [4]float64
-	switch h.Rule.Algorithm {
-	case Calendar:
-		// The period's start (unix s) and how long the key lives, in s,
-		// from now to the period's end and a margin (relative: the
-		// script's clock may not be now's): the script does no calendar
-		// arithmetic.
-		per := periodOf(h.Rule, now)
-		letter, p = 'c', [4]float64{float64(limit), float64(per.start), float64(h.Cost), float64(ceilSeconds(per.left + calendarMargin))}
+// decideArg is a rule's algorithm as redis.lua names it.
+func decideArg(r *Rule) any {
+	shadow := 0
+	if r.Shadow {
+		shadow = 1
+	}
+	switch r.Algorithm {
 	case TokenBucket:
-		letter, p = 'b', [4]float64{float64(limit), float64(h.Rule.Window.Microseconds()), float64(h.Cost), float64(burst)}
-	default:
-		letter, p = 'w', [4]float64{float64(limit), float64(h.Rule.Window.Microseconds()), float64(h.Cost), 0}
+		return decideArgs[shadow][1]
+	case Calendar:
+		return decideArgs[shadow][2]
 	}
-	if h.Rule.Shadow {
-		letter -= 'a' - 'A'
-	}
-	b = append(b, letter)
-	for _, v := range p {
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
-	}
-	return b
+	return decideArgs[shadow][0]
 }
 
 // calendarMargin is how long a calendar counter's key outlives its
@@ -204,12 +186,26 @@ func (s *Redis) run(ctx context.Context, sh *redisShard, hits []Hit, now time.Ti
 	}
 	keys := s.counterKeys(hits, marks != marksNone)
 	caller := hits
-	params := make([]byte, 0, hitParams*len(hits))
+	args := make([]any, 0, 7+5*len(hits))
+	args = append(args, len(hits), s.clock(now), int(mode), maxSlots, int(marks), markFor.Milliseconds())
 	for i := range hits {
-		params = appendHitParams(params, &hits[i], now)
+		h := &hits[i]
+		limit, burst := h.Limits()
+		alg := decideArg(h.Rule)
+		switch h.Rule.Algorithm {
+		case Calendar:
+			// The period's start (unix s) and how long the key lives,
+			// in s, from now to the period's end and a margin (relative:
+			// the script's clock may not be now's): the script does no
+			// calendar arithmetic.
+			p := periodOf(h.Rule, now)
+			args = append(args, alg, limit, p.start, h.Cost, ceilSeconds(p.left+calendarMargin))
+		case TokenBucket:
+			args = append(args, alg, limit, h.Rule.Window.Microseconds(), h.Cost, burst)
+		default:
+			args = append(args, alg, limit, h.Rule.Window.Microseconds(), h.Cost)
+		}
 	}
-	args := make([]any, 0, 10)
-	args = append(args, len(hits), s.clock(now), int(mode), maxSlots, int(marks), markFor.Milliseconds(), params)
 	var clamped []int // the clamping hits, in the order of their arguments
 	outCap := int64(-1)
 	if maxOut, minOut, ok := clampBounds(hits); ok {

@@ -30,6 +30,18 @@
 #                    SSE_EVENTS events from tests/bench/sseorigin, each its
 #                    own chunk, SSE_GAP apart (nginx with proxy_buffering off)
 #   SSE_EVENTS=20 SSE_GAP=1ms
+#   PROXY_CONFIG=    a TOML file the contender "proxy" starts with (-config;
+#                    CHAT_RPM stays set, so its rule comes first)
+#   BASE_CONFIG=     the same for "base"; BASE_BIN then defaults to the
+#                    proxy's binary: one build under two configurations
+#   REDIS=0          1: start a redis-server (loopback, no persistence) the
+#                    proxy and base keep their counters in (REDIS_URL); its
+#                    CPU during a contender's run is added to that
+#                    contender's (proxy + Redis CPU per request)
+#
+#   Five rules on Redis against one, whole requests, side by side:
+#   REDIS=1 CONTENDERS="proxy base" BASE_CONFIG=tests/bench/five-rules.toml \
+#     tests/bench/compare.sh
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
@@ -49,6 +61,9 @@ WRK=${WRK:-wrk}
 ALLOW_SOCKET_ERRORS=${ALLOW_SOCKET_ERRORS:-0}
 BIN=${BIN:-}
 PLAIN_BIN=${PLAIN_BIN:-}
+PROXY_CONFIG=${PROXY_CONFIG:-}
+BASE_CONFIG=${BASE_CONFIG:-}
+REDIS=${REDIS:-0}
 PATH_UNDER_TEST=/v1/chat/completions
 SSE_EVENTS=${SSE_EVENTS:-20}
 SSE_GAP=${SSE_GAP:-1ms}
@@ -61,10 +76,15 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 [[ $PROCS =~ ^[1-9][0-9]*$ ]] || die "GOMAXPROCS must be a positive integer, got '$PROCS'"
 for c in $CONTENDERS; do
 	case $c in proxy | base | nginx | plain | origin) ;; *) die "unknown contender '$c' (known: proxy base nginx plain origin)" ;; esac
-	[[ $c == base && -z ${BASE_BIN:-} ]] && die "contender base needs BASE_BIN, a ratelimit-proxy binary"
+	[[ $c == base && -z ${BASE_BIN:-} && -z $BASE_CONFIG ]] && die "contender base needs BASE_BIN (a ratelimit-proxy binary) or BASE_CONFIG"
 	[[ $MODE == refused && ($c == plain || $c == origin) ]] && die "$c refuses nothing: not a contender with MODE=refused"
 done
 [[ -n ${CONTENDERS// /} ]] || die "CONTENDERS is empty"
+for f in "$PROXY_CONFIG" "$BASE_CONFIG"; do
+	[[ -z $f || -r $f ]] || die "configuration file $f not readable"
+done
+[[ $REDIS == 0 || $REDIS == 1 ]] || die "REDIS must be 0 or 1, got '$REDIS'"
+[[ $REDIS == 0 ]] || command -v redis-server >/dev/null || die "REDIS=1 needs redis-server (apt-get install -y redis-server)"
 command -v "$WRK" >/dev/null || die "wrk not found (apt-get install -y wrk)"
 [[ -x $NGINX ]] || die "nginx not found at $NGINX (apt-get install -y nginx-light)"
 command -v curl >/dev/null || die "curl not found"
@@ -86,6 +106,7 @@ pick_port ADMIN_PORT
 pick_port PLAIN_PORT
 pick_port BASE_PORT
 pick_port BASE_ADMIN_PORT
+pick_port REDIS_PORT
 
 # ------------------------------------------------------------- payloads ---
 REQ_BODY='{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are a concise assistant."},{"role":"user","content":"In one sentence, explain why a reverse proxy should rate-limit each caller before it forwards chat requests to an upstream LLM API."}],"temperature":0.2,"max_tokens":64,"stream":false}'
@@ -301,6 +322,21 @@ fi
 verify "upstream" "$UP_URL$PATH_UNDER_TEST"
 mapfile -t UP_PIDS < <(group_pids "$UP_PID")
 
+REDIS_ENV=()
+REDIS_PIDS=()
+if [[ $REDIS == 1 ]]; then
+	redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
+		--daemonize no --dir "$tmp" --logfile "$tmp/redis.log" &
+	PIDS+=("$!")
+	REDIS_PIDS=("$!")
+	for ((i = 0; i < 100; i++)); do
+		kill -0 "${REDIS_PIDS[0]}" 2>/dev/null || die "redis-server exited during start: $(tail -n 20 "$tmp/redis.log" 2>/dev/null)"
+		[[ $(timeout 2 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" PING 2>/dev/null) == PONG ]] && break
+		sleep 0.1
+	done
+	REDIS_ENV=(REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0")
+fi
+
 declare -A URL GROUP
 for c in $CONTENDERS; do
 	case $c in
@@ -311,18 +347,21 @@ for c in $CONTENDERS; do
 		GROUP[nginx]=$(group_pids "$LAST_PID" | tr '\n' ' ')
 		;;
 	proxy | base)
-		bin=$BIN port=$PROXY_PORT admin=$ADMIN_PORT
-		[[ $c == base ]] && bin=$BASE_BIN port=$BASE_PORT admin=$BASE_ADMIN_PORT
+		bin=$BIN port=$PROXY_PORT admin=$ADMIN_PORT conf=$PROXY_CONFIG
+		[[ $c == base ]] && bin=${BASE_BIN:-$BIN} port=$BASE_PORT admin=$BASE_ADMIN_PORT conf=$BASE_CONFIG
+		conf_args=()
+		[[ -n $conf ]] && conf_args=(-config "$conf")
 		# A clean environment: only what this benchmark sets reaches the proxy.
-		env -i PATH="$PATH" HOME="${HOME:-/}" GOMAXPROCS="$PROCS" \
+		env -i PATH="$PATH" HOME="${HOME:-/}" GOMAXPROCS="$PROCS" "${REDIS_ENV[@]}" \
 			UPSTREAM_URL="$UP_URL" LISTEN_ADDR="127.0.0.1:$port" ADMIN_ADDR="127.0.0.1:$admin" \
 			CHAT_RPM=$RPM LOG_LEVEL=warn SHUTDOWN_TIMEOUT=2s \
-			"$bin" >"$tmp/$c.log" 2>&1 &
+			"$bin" "${conf_args[@]}" >"$tmp/$c.log" 2>&1 &
 		LAST_PID=$!
 		PIDS+=("$LAST_PID")
 		wait_ready "ratelimit-proxy ($c)" "$LAST_PID" "$tmp/$c.log" "http://127.0.0.1:$admin/readyz"
 		URL[$c]=http://127.0.0.1:$port$PATH_UNDER_TEST
-		GROUP[$c]=$LAST_PID
+		# Its Redis works for it alone while it runs: its CPU is the proxy's.
+		GROUP[$c]="$LAST_PID ${REDIS_PIDS[*]}"
 		;;
 	origin)
 		# No proxy: wrk straight at the upstream, the baseline for its
