@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -478,5 +479,35 @@ func TestChunkedRequestBody(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != 200 {
 		t.Fatalf("status %d", res.StatusCode)
+	}
+}
+
+// TestClientGoneBeforeSendCostsNoConnection: RoundTrip yields the
+// processor before it sends (so that one scheduling round's requests
+// leave together); a client that leaves during that yield must not cost
+// a pooled connection. With one processor the goroutine started here
+// runs in that yield (nearly always), and cancels the request.
+func TestClientGoneBeforeSendCostsNoConnection(t *testing.T) {
+	o := newRawOrigin(t, func(_ int64, c net.Conn, _ *http.Request, _ []byte) bool { return okJSON(c) })
+	cl := o.client(h1.Options{})
+	do(t, cl, "POST", o.url("/"), "x") // one pooled connection
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, "POST", o.url("/"), strings.NewReader("x"))
+		go cancel() // runs when RoundTrip yields
+		if res, err := cl.RoundTrip(req); err == nil {
+			res.Body.Close()
+			t.Fatal("a request whose client left before it was sent was sent")
+		}
+	}
+	do(t, cl, "POST", o.url("/"), "x")
+	// The scheduler now and then runs the yielding goroutine again first
+	// (it looks at the global queue every 61st time): that request may be
+	// sent, then cancelled, and cost its connection. One that never
+	// reached the origin must cost none.
+	sent := o.reqs.Load() - 2
+	if n := o.conns.Load(); n-1 > sent {
+		t.Fatalf("%d connections for %d requests at the origin (%d whose client left): requests never sent cost connections", n, sent+2, sent)
 	}
 }
