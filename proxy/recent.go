@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
@@ -152,7 +153,11 @@ func ruleKey(parts []limits.Part) limits.Key {
 		}
 	}
 	e := &ruleKeyEntry{n: len(parts), key: limits.NewKey(parts...)}
-	copy(e.parts[:], parts)
+	for i, p := range parts {
+		// A value may be a piece of a larger string (a request body's
+		// field): the copy keeps the table from holding the rest alive.
+		e.parts[i] = limits.Part{Name: p.Name, Value: strings.Clone(p.Value)}
+	}
 	recentKeys.put(sum, e)
 	return e.key
 }

@@ -6,8 +6,10 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 )
@@ -59,4 +61,24 @@ func TestRecentAnswersAsBuilt(t *testing.T) {
 func builtHashKey(tok string) string {
 	sum := sha256.Sum256([]byte(tok))
 	return "key:" + hex.EncodeToString(sum[:8])
+}
+
+// TestRecentKeysHoldNoRequestBytes: a key part's value cut from a large
+// request string is copied into the table, so that the table does not
+// keep the request alive.
+func TestRecentKeysHoldNoRequestBytes(t *testing.T) {
+	body := strings.Repeat("x", 1<<20) + `{"user":"alice-recent-test"}`
+	v := body[len(body)-18 : len(body)-2]
+	ruleKey([]limits.Part{{Name: "body:user", Value: v}})
+	for i := range recentKeys.slots {
+		e := recentKeys.slots[i].Load()
+		if e == nil || e.n != 1 || e.parts[0].Value != v {
+			continue
+		}
+		if unsafe.StringData(e.parts[0].Value) == unsafe.StringData(v) {
+			t.Fatal("the table holds a piece of the request's string")
+		}
+		return
+	}
+	t.Fatal("the key was not kept")
 }
