@@ -110,6 +110,51 @@ func BenchmarkRedisDecide5(b *testing.B) { benchRedis(b, 5) }
 // each block's CPU (this process and redis-server) added to its side.
 // five:one is the ratio of their CPU per decision.
 func BenchmarkRedisDecide5vs1(b *testing.B) {
+	eachRedisAlgorithm(b, func(b *testing.B, srv *redistest.Server, s *limits.Redis, alg limits.Algorithm) {
+		batches := [2][]limits.Hit{benchHits(alg, 1), benchHits(alg, 5)}
+		out := make([]limits.Decision, 5)
+		ctx := context.Background()
+		for i := range 200 { // warm keys
+			s.Decide(ctx, batches[i%2], time.Now(), out)
+		}
+		const block = 256
+		var spent [2][2]time.Duration // [side][this process, redis-server]
+		var done [2]int
+		last, ok := cpuNow(srv.PID())
+		if !ok {
+			b.Skip("no CPU times to read here")
+		}
+		i := 0
+		for b.Loop() {
+			side := i / block % 2
+			if ok, err := s.Decide(ctx, batches[side], time.Now(), out); err != nil || !ok {
+				b.Fatal(ok, err)
+			}
+			done[side]++
+			if i++; i%block == 0 {
+				now, _ := cpuNow(srv.PID())
+				spent[side][0] += now[0] - last[0]
+				spent[side][1] += now[1] - last[1]
+				last = now
+			}
+		}
+		if done[0] < block || done[1] < block {
+			return // too few blocks to say
+		}
+		per := func(side, who int) float64 { return float64(spent[side][who]) / float64(done[side]/block*block) }
+		one, five := per(0, 0)+per(0, 1), per(1, 0)+per(1, 1)
+		b.ReportMetric(one, "one-cpu-ns/op")
+		b.ReportMetric(five, "five-cpu-ns/op")
+		b.ReportMetric(per(1, 0)-per(0, 0), "extra-proxy-ns/op")
+		b.ReportMetric(per(1, 1)-per(0, 1), "extra-redis-ns/op")
+		b.ReportMetric(five/one, "five:one")
+	})
+}
+
+// eachRedisAlgorithm runs bench as sub-benchmarks on one redis-server,
+// each with a store of its own prefix: windows, buckets, and the two
+// alternating ("mixed").
+func eachRedisAlgorithm(b *testing.B, bench func(b *testing.B, srv *redistest.Server, s *limits.Redis, alg limits.Algorithm)) {
 	srv := redistest.Start(b)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2})
 	b.Cleanup(func() { client.Close() })
@@ -120,43 +165,7 @@ func BenchmarkRedisDecide5vs1(b *testing.B) {
 			if err := s.Warm(context.Background()); err != nil {
 				b.Fatal(err)
 			}
-			batches := [2][]limits.Hit{benchHits(alg, 1), benchHits(alg, 5)}
-			out := make([]limits.Decision, 5)
-			ctx := context.Background()
-			for i := range 200 { // warm keys
-				s.Decide(ctx, batches[i%2], time.Now(), out)
-			}
-			const block = 256
-			var spent [2][2]time.Duration // [side][this process, redis-server]
-			var done [2]int
-			last, ok := cpuNow(srv.PID())
-			if !ok {
-				b.Skip("no CPU times to read here")
-			}
-			i := 0
-			for b.Loop() {
-				side := i / block % 2
-				if ok, err := s.Decide(ctx, batches[side], time.Now(), out); err != nil || !ok {
-					b.Fatal(ok, err)
-				}
-				done[side]++
-				if i++; i%block == 0 {
-					now, _ := cpuNow(srv.PID())
-					spent[side][0] += now[0] - last[0]
-					spent[side][1] += now[1] - last[1]
-					last = now
-				}
-			}
-			if done[0] < block || done[1] < block {
-				return // too few blocks to say
-			}
-			per := func(side, who int) float64 { return float64(spent[side][who]) / float64(done[side]/block*block) }
-			one, five := per(0, 0)+per(0, 1), per(1, 0)+per(1, 1)
-			b.ReportMetric(one, "one-cpu-ns/op")
-			b.ReportMetric(five, "five-cpu-ns/op")
-			b.ReportMetric(per(1, 0)-per(0, 0), "extra-proxy-ns/op")
-			b.ReportMetric(per(1, 1)-per(0, 1), "extra-redis-ns/op")
-			b.ReportMetric(five/one, "five:one")
+			bench(b, srv, s, alg)
 		})
 	}
 }
@@ -184,32 +193,22 @@ func benchHits(alg limits.Algorithm, n int) []limits.Hit {
 }
 
 func benchRedis(b *testing.B, n int) {
-	srv := redistest.Start(b)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2})
-	b.Cleanup(func() { client.Close() })
-	for _, alg := range []limits.Algorithm{limits.SlidingWindow, limits.TokenBucket, "mixed"} {
-		b.Run(string(alg), func(b *testing.B) {
-			s := limits.NewRedis(limits.RedisOptions{Client: client, Prefix: fmt.Sprintf("bench%d:", prefixes.Add(1)), Timeout: time.Second})
-			b.Cleanup(s.Close)
-			if err := s.Warm(context.Background()); err != nil {
-				b.Fatal(err)
+	eachRedisAlgorithm(b, func(b *testing.B, srv *redistest.Server, s *limits.Redis, alg limits.Algorithm) {
+		hits := benchHits(alg, n)
+		out := make([]limits.Decision, n)
+		ctx := context.Background()
+		for range 100 { // warm keys
+			s.Decide(ctx, hits, time.Now(), out)
+		}
+		b.ReportAllocs()
+		cpu := startCPU(srv.PID())
+		for b.Loop() {
+			if ok, err := s.Decide(ctx, hits, time.Now(), out); err != nil || !ok {
+				b.Fatal(ok, err)
 			}
-			hits := benchHits(alg, n)
-			out := make([]limits.Decision, n)
-			ctx := context.Background()
-			for range 100 { // warm keys
-				s.Decide(ctx, hits, time.Now(), out)
-			}
-			b.ReportAllocs()
-			cpu := startCPU(srv.PID())
-			for b.Loop() {
-				if ok, err := s.Decide(ctx, hits, time.Now(), out); err != nil || !ok {
-					b.Fatal(ok, err)
-				}
-			}
-			cpu.report(b)
-		})
-	}
+		}
+		cpu.report(b)
+	})
 }
 
 // cpuMeter reads the CPU time of this process and of a redis-server

@@ -189,20 +189,7 @@ func BenchmarkHandlerGroup(b *testing.B) {
 // answered from the refusal memory (limits.Remember), its waits counted
 // down by the clock, without a store round trip: the attacker's hot path.
 func BenchmarkHandlerRemembered(b *testing.B) {
-	cfg := config.Default()
-	cfg.UpstreamURL = "http://upstream.invalid"
-	cfg.ChatRPM = 1
-	tk := tokens.New()
-	if err := tk.Preload(); err != nil {
-		b.Fatal(err)
-	}
-	p, err := proxy.New(proxy.Options{Config: cfg, Store: limits.NewRemember(limits.NewMemory(limits.MemoryOptions{}), 100_000),
-		Logger: slog.New(slog.DiscardHandler), Tokenizer: tk, Registerer: prometheus.NewRegistry(),
-		Transport: staticTransport{body: []byte(`{}`)}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	h := p.Handler()
+	h := rememberingProxy(b)
 	for i := range 256 { // each of the 256 callers spends its one request
 		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(chatBody))
 		r.RemoteAddr = "203.0.113." + strconv.Itoa(i) + ":4711"
@@ -253,20 +240,7 @@ func BenchmarkRefusedAllocs(b *testing.B) {
 // one request a minute, and ask(i) has caller i&255 ask again: a 429
 // from the refusal memory, through a writer that keeps nothing.
 func rememberedRefusals(tb testing.TB) (ask func(i int)) {
-	cfg := config.Default()
-	cfg.UpstreamURL = "http://upstream.invalid"
-	cfg.ChatRPM = 1
-	tk := tokens.New()
-	if err := tk.Preload(); err != nil {
-		tb.Fatal(err)
-	}
-	p, err := proxy.New(proxy.Options{Config: cfg, Store: limits.NewRemember(limits.NewMemory(limits.MemoryOptions{}), 100_000),
-		Logger: slog.New(slog.DiscardHandler), Tokenizer: tk, Registerer: prometheus.NewRegistry(),
-		Transport: staticTransport{body: []byte(`{}`)}})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	h := p.Handler()
+	h := rememberingProxy(tb)
 	reqs := make([]*http.Request, 256)
 	bodies := make([]*strings.Reader, 256)
 	w := &discardWriter{h: http.Header{}}
@@ -287,4 +261,23 @@ func rememberedRefusals(tb testing.TB) (ask func(i int)) {
 			tb.Fatalf("caller %d asking again: status %d, want 429", j, w.status)
 		}
 	}
+}
+
+// rememberingProxy is the public handler of a proxy allowing one request
+// a minute per caller, over a memory store behind the refusal memory.
+func rememberingProxy(tb testing.TB) http.Handler {
+	cfg := config.Default()
+	cfg.UpstreamURL = "http://upstream.invalid"
+	cfg.ChatRPM = 1
+	tk := tokens.New()
+	if err := tk.Preload(); err != nil {
+		tb.Fatal(err)
+	}
+	p, err := proxy.New(proxy.Options{Config: cfg, Store: limits.NewRemember(limits.NewMemory(limits.MemoryOptions{}), 100_000),
+		Logger: slog.New(slog.DiscardHandler), Tokenizer: tk, Registerer: prometheus.NewRegistry(),
+		Transport: staticTransport{body: []byte(`{}`)}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p.Handler()
 }
