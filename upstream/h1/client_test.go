@@ -482,32 +482,60 @@ func TestChunkedRequestBody(t *testing.T) {
 	}
 }
 
-// TestClientGoneBeforeSendCostsNoConnection: RoundTrip yields the
-// processor before it sends (so that one scheduling round's requests
+// TestClientGoneBeforeSendCostsNoConnection: under load RoundTrip yields
+// the processor before it sends (so that one scheduling round's requests
 // leave together); a client that leaves during that yield must not cost
-// a pooled connection. With one processor the goroutine started here
-// runs in that yield (nearly always), and cancels the request.
+// a pooled connection. With one processor and a round trip already under
+// way the client is under load, and the goroutine started here runs in
+// that yield (nearly always), and cancels the request.
 func TestClientGoneBeforeSendCostsNoConnection(t *testing.T) {
-	o := newRawOrigin(t, func(_ int64, c net.Conn, _ *http.Request, _ []byte) bool { return okJSON(c) })
-	cl := o.client(h1.Options{})
-	do(t, cl, "POST", o.url("/"), "x") // one pooled connection
+	hold := make(chan struct{})
+	var release sync.Once
+	o := newRawOrigin(t, func(_ int64, c net.Conn, req *http.Request, _ []byte) bool {
+		if req.URL.Path == "/hold" {
+			<-hold
+		}
+		return okJSON(c)
+	})
+	t.Cleanup(func() { release.Do(func() { close(hold) }) }) // before the origin's
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	cl := o.client(h1.Options{}) // made with one processor
+	do(t, cl, "POST", o.url("/"), "x") // one pooled connection
+	held := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", o.url("/hold"), strings.NewReader("x"))
+		res, err := cl.RoundTrip(req)
+		if err == nil {
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+		held <- err
+	}()
+	for o.reqs.Load() < 2 { // the held round trip is under way
+		time.Sleep(time.Millisecond)
+	}
 	for range 20 {
 		ctx, cancel := context.WithCancel(context.Background())
 		req, _ := http.NewRequestWithContext(ctx, "POST", o.url("/"), strings.NewReader("x"))
 		go cancel() // runs when RoundTrip yields
 		if res, err := cl.RoundTrip(req); err == nil {
-			res.Body.Close()
-			t.Fatal("a request whose client left before it was sent was sent")
+			res.Body.Close() // cancelled only once answered (see below)
 		}
+	}
+	release.Do(func() { close(hold) })
+	if err := <-held; err != nil {
+		t.Fatal(err)
 	}
 	do(t, cl, "POST", o.url("/"), "x")
 	// The scheduler now and then runs the yielding goroutine again first
 	// (it looks at the global queue every 61st time): that request may be
 	// sent, then cancelled, and cost its connection. One that never
-	// reached the origin must cost none.
-	sent := o.reqs.Load() - 2
-	if n := o.conns.Load(); n-1 > sent {
-		t.Fatalf("%d connections for %d requests at the origin (%d whose client left): requests never sent cost connections", n, sent+2, sent)
+	// reached the origin must cost none. (The held one has its own.)
+	sent := o.reqs.Load() - 3
+	if n := o.conns.Load(); n-2 > sent {
+		t.Fatalf("%d connections for %d requests at the origin (%d whose client left): requests never sent cost connections", n, sent+3, sent)
+	}
+	if sent > 5 {
+		t.Fatalf("%d of 20 requests whose client left during the yield were sent: did RoundTrip yield?", sent)
 	}
 }
