@@ -499,7 +499,7 @@ func TestClientGoneBeforeSendCostsNoConnection(t *testing.T) {
 	})
 	t.Cleanup(func() { release.Do(func() { close(hold) }) }) // before the origin's
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	cl := o.client(h1.Options{}) // made with one processor
+	cl := o.client(h1.Options{})       // made with one processor
 	do(t, cl, "POST", o.url("/"), "x") // one pooled connection
 	held := make(chan error, 1)
 	go func() {
