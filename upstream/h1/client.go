@@ -74,9 +74,9 @@ type Client struct {
 	lingered atomic.Int64
 	kept     atomic.Int64
 
-	// inFlight counts the round trips under way (until their answer's
-	// head is read); procs is GOMAXPROCS when the client was made. See
-	// RoundTrip's yield.
+	// procs is GOMAXPROCS when the client was made; with one, inFlight
+	// counts the round trips under way (until their answer's head is
+	// read). See RoundTrip's yield.
 	inFlight atomic.Int64
 	procs    int64
 }
@@ -198,26 +198,28 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	defer out.free()
-	// Under load, yield the processor first, so that the requests whose
-	// guards ran in the same scheduling round leave together, at its end,
-	// instead of one every few tens of microseconds: an event-loop
-	// upstream then reads a handful per wakeup instead of waking for each,
-	// as it does behind nginx, whose event loop sends a round's requests
-	// together. Measured with tests/bench/compare.sh (MODE=admitted,
-	// GOMAXPROCS=1, 50 clients): the upstream's wakeups per request fell
-	// from 0.95 to 0.1 and its CPU per request from 1.2–1.33× to
-	// 1.02–1.10× of what it spends behind nginx, at no cost in the
-	// proxy's own CPU or latency. "Under load" is more round trips under
-	// way than processors: then other goroutines are runnable and none
-	// sits idle. A lone request is sent at once: a yield would wake an idle
-	// processor to run it (BenchmarkRoundTripLone measured that at +11 µs
-	// of latency and +20 µs of CPU with two processors). It yields before
-	// it takes a connection, so that a client that left meanwhile costs
-	// none (the context is checked below).
-	if c.inFlight.Add(1) > c.procs {
-		runtime.Gosched()
+	// With one processor and another round trip under way, yield it
+	// first, so that the requests whose guards ran in the same scheduling
+	// round leave together, at its end, instead of one every few tens of
+	// microseconds: an event-loop upstream then reads a handful per wakeup
+	// instead of waking for each, as it does behind nginx, whose event
+	// loop sends a round's requests together. Measured with
+	// tests/bench/compare.sh (MODE=admitted, GOMAXPROCS=1, 50 clients):
+	// the upstream's wakeups per request fell from 0.95 to 0.1 and its CPU
+	// per request from 1.2–1.33× to 1.02–1.10× of what it spends behind
+	// nginx, at no cost in the proxy's own CPU or latency. With more
+	// processors a yield wakes an idle one to run the request: with two,
+	// +20 µs of CPU for a lone request (BenchmarkRoundTripLone) and +13 %
+	// for the proxy under the same load, for 9 % less at the upstream, so
+	// it sends at once, as a lone request does. It yields before it takes
+	// a connection, so that a client that left meanwhile costs none (the
+	// context is checked below).
+	if c.procs == 1 {
+		if c.inFlight.Add(1) > 1 {
+			runtime.Gosched()
+		}
+		defer c.inFlight.Add(-1)
 	}
-	defer c.inFlight.Add(-1)
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			closeBody(req)
