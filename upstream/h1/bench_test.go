@@ -193,8 +193,8 @@ func (f fastRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	return out, nil
 }
 
-// BenchmarkRoundTripLone is one request at a time: its latency (ns/op),
-// with the processors idle and with each of them busy computing (as when
+// BenchmarkRoundTripLone is one request at a time: its latency (ns/op)
+// and, idle, the process's CPU per request (the origin's included), with the processors idle and with each of them busy computing (as when
 // other requests' bodies are parsed or tokenized), where a request that
 // yields before it is sent waits for a processor to come free.
 func BenchmarkRoundTripLone(b *testing.B) {
@@ -220,12 +220,16 @@ func BenchmarkRoundTripLone(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu := cpuNow()
 			for range b.N {
 				if err := roundTrip(cl, url); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.StopTimer()
+			if !busy { // the spinners' CPU would swamp it
+				b.ReportMetric(float64(cpuNow()-cpu)/float64(b.N), "cpu-ns/op")
+			}
 			stop.Store(true)
 			wg.Wait()
 		})
