@@ -11,16 +11,8 @@ import (
 	"testing"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
-	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 	"github.com/ratelimit-proxy/ratelimit-proxy/proxy"
 )
-
-// rememberedStore is the store as the binary builds it: refusals are
-// remembered, so a caller asking again is answered from the memory.
-func rememberedStore(_ *config.Config, o *proxy.Options) {
-	o.Store = limits.NewRemember(limits.NewMemory(limits.MemoryOptions{}), 100_000)
-	o.Stats = nil
-}
 
 // A refused caller asking again is counted as itself, and its 429 says
 // the exact wait, whatever else was asked before: more callers than the
@@ -61,7 +53,7 @@ func TestRefusedCallersCountedAsThemselves(t *testing.T) {
 	}
 	var fs [2]*fixture
 	for j, bits := range prefixes {
-		fs[j] = newFixture(t, rpm(1), rememberedStore, func(c *config.Config, _ *proxy.Options) { c.IPv6Prefix = int64(bits) })
+		fs[j] = newFixture(t, rpm(1), remembering, func(c *config.Config, _ *proxy.Options) { c.IPv6Prefix = int64(bits) })
 	}
 	ask := func(j int, c caller) *http.Response {
 		var hdr []string
@@ -136,4 +128,39 @@ func TestRefusedCallersCountedAsThemselves(t *testing.T) {
 			check(45, j, alias.as, c, res)
 		}
 	}
+}
+
+// IPV6_PREFIX changed by a reload counts IPv6 callers by the new prefix at
+// once, and changed back by the old one again (the counters of the old
+// prefix's keys are still there).
+func TestIPv6PrefixReloaded(t *testing.T) {
+	opt, write := configFile(t, "chat_rpm = 1\nipv6_prefix = 64\n")
+	f := newFixture(t, opt, remembering)
+	ask := func(peer string, status int, denied string) {
+		t.Helper()
+		w := f.do("/api/chat", peer)
+		var body struct {
+			DeniedKey string `json:"denied_key"`
+		}
+		json.Unmarshal(w.Body.Bytes(), &body)
+		if w.Code != status || body.DeniedKey != denied {
+			t.Fatalf("%s: %d denied_key %q, want %d %q", peer, w.Code, body.DeniedKey, status, denied)
+		}
+	}
+	ask("[2001:db8:1:2::1]:1", 200, "")
+	ask("[2001:db8:1:2::9]:1", 429, "caller=ip:2001:db8:1:2::/64")
+	ask("[2001:db8:1:3::1]:1", 200, "")
+	write("chat_rpm = 1\nipv6_prefix = 48\n")
+	if _, err := f.p.Reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	ask("[2001:db8:1:4::1]:1", 200, "") // the /48's first request
+	ask("[2001:db8:1:2::1]:1", 429, "caller=ip:2001:db8:1::/48")
+	ask("[2001:db8:2:2::1]:1", 200, "")
+	write("chat_rpm = 1\nipv6_prefix = 64\n")
+	if _, err := f.p.Reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	ask("[2001:db8:1:2::1]:1", 429, "caller=ip:2001:db8:1:2::/64")
+	ask("[2001:db8:1:4::1]:1", 200, "")
 }
