@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -190,4 +191,47 @@ func (f fastRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	out.ContentLength = int64(len(body))
 	out.Body = io.NopCloser(bytes.NewReader(body))
 	return out, nil
+}
+
+// BenchmarkRoundTripLone is one request at a time: its latency (ns/op)
+// and, idle, the process's CPU per request (the origin's included), with the processors idle and with each of them busy computing (as when
+// other requests' bodies are parsed or tokenized), where a request that
+// yields before it is sent waits for a processor to come free.
+func BenchmarkRoundTripLone(b *testing.B) {
+	for _, busy := range []bool{false, true} {
+		name := "idle"
+		if busy {
+			name = "busy"
+		}
+		b.Run(name, func(b *testing.B) {
+			addr, _ := benchOrigin(b)
+			cl := h1.New(h1.Options{Host: addr})
+			defer cl.CloseIdleConnections()
+			url := "http://" + addr + "/v1/chat/completions"
+			var stop atomic.Bool
+			var wg sync.WaitGroup
+			if busy {
+				for range runtime.GOMAXPROCS(0) {
+					wg.Go(func() {
+						for x := uint64(1); !stop.Load(); x = x*6364136223846793005 + 1 {
+						}
+					})
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu := cpuNow()
+			for range b.N {
+				if err := roundTrip(cl, url); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if !busy { // the spinners' CPU would swamp it
+				b.ReportMetric(float64(cpuNow()-cpu)/float64(b.N), "cpu-ns/op")
+			}
+			stop.Store(true)
+			wg.Wait()
+		})
+	}
 }
