@@ -269,6 +269,11 @@ func rememberingProxy(tb testing.TB) http.Handler {
 	cfg := config.Default()
 	cfg.UpstreamURL = "http://upstream.invalid"
 	cfg.ChatRPM = 1
+	return rememberingProxyFor(tb, cfg)
+}
+
+// rememberingProxyFor is rememberingProxy under cfg.
+func rememberingProxyFor(tb testing.TB, cfg config.Config) http.Handler {
 	tk := tokens.New()
 	if err := tk.Preload(); err != nil {
 		tb.Fatal(err)

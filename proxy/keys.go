@@ -44,17 +44,17 @@ type keyInput struct {
 var secretHeaders = map[string]bool{"Authorization": true, "Proxy-Authorization": true, "X-Api-Key": true,
 	"Api-Key": true, "Cookie": true}
 
-// header is a header key part's value: the header, or its _ spelling
+// header is a header key part's value: the header, or its _ spelling alt
 // (which CGI and WSGI servers read as the same header) when it is absent;
 // Host from the request line. Two different values (two lines, or both
 // spellings) make the part ambiguous.
-func (in *keyInput) header(name string) string {
+func (in *keyInput) header(name, alt string) string {
 	if name == "Host" {
 		return strings.ToLower(in.r.Host)
 	}
 	vs := in.r.Header[name]
-	if alt := http.CanonicalHeaderKey(strings.ReplaceAll(name, "-", "_")); alt != name {
-		vs = append(vs[:len(vs):len(vs)], in.r.Header[alt]...)
+	if alts := in.r.Header[alt]; alt != "" && len(alts) > 0 {
+		vs = append(vs[:len(vs):len(vs)], alts...)
 	}
 	if len(vs) == 0 {
 		return ""
@@ -123,7 +123,7 @@ func (in *keyInput) value(kp *keyPart) (string, bool) {
 	case partTier:
 		v = in.plan
 	case partHeader:
-		v = in.header(kp.name)
+		v = in.header(kp.name, kp.alt)
 	case partQuery:
 		if !in.parsed {
 			in.query, in.parsed = parseQuery(in.r.URL.RawQuery), true

@@ -142,6 +142,7 @@ type keyPart struct {
 	label string // as written in the rule: the name in the key's public form
 	kind  partKind
 	name  string // header (canonical), query, form, XML name or JSON path
+	alt   string // a header's name with '_' for '-' (canonical), "" when the same
 }
 
 func (k *keyPart) body() bool {
@@ -336,6 +337,9 @@ func (ru *rule) compilePart(part string) (keyPart, error) {
 	switch kind {
 	case "header":
 		kp.kind, kp.name = partHeader, http.CanonicalHeaderKey(name)
+		if alt := http.CanonicalHeaderKey(strings.ReplaceAll(kp.name, "-", "_")); alt != kp.name {
+			kp.alt = alt
+		}
 	case "query":
 		kp.kind = partQuery
 	case "json":

@@ -1,7 +1,15 @@
 package proxy_test
 
 import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/config"
+	"github.com/ratelimit-proxy/ratelimit-proxy/proxy"
 )
 
 // TestRefusalAllocatesNothing: a refused caller asking again, the
@@ -18,5 +26,55 @@ func TestRefusalAllocatesNothing(t *testing.T) {
 	i := 0
 	if n := testing.AllocsPerRun(2048, func() { ask(i); i++ }); n != 0 {
 		t.Errorf("%v allocations per remembered 429, want 0", n)
+	}
+}
+
+// TestRefusalRotatingHeaderAllocatesNothing: a refused caller who rotates
+// a header that another rule (one that still admits) is keyed by gets the
+// same answer each time — that rule's key is not in it — so the answer
+// prepared once serves every spelling, without an allocation.
+func TestRefusalRotatingHeaderAllocatesNothing(t *testing.T) {
+	if raceOn {
+		t.Skip("the race detector empties sync.Pool at random")
+	}
+	cfg := config.Default()
+	cfg.UpstreamURL = "http://upstream.invalid"
+	var o proxy.Options
+	rules(t, `
+chat_rpm = 1
+
+[[rule]]
+name   = "per-team"
+key    = ["header:X-Team"]
+limit  = 1000000000
+window = "1m"
+`)(&cfg, &o)
+	h := rememberingProxyFor(t, cfg)
+	reqs := make([]*http.Request, 128)
+	bodies := make([]*strings.Reader, len(reqs))
+	w := &discardWriter{h: http.Header{}}
+	for i := range reqs {
+		bodies[i] = strings.NewReader(chatBody)
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", io.NopCloser(bodies[i]))
+		r.RemoteAddr = "203.0.113.9:4711" // one caller
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("X-Team", "team-"+strconv.Itoa(i))
+		reqs[i] = r
+	}
+	ask := func(i int) {
+		j := i % len(reqs)
+		bodies[j].Reset(chatBody)
+		clear(w.h)
+		h.ServeHTTP(w, reqs[j])
+	}
+	ask(0) // the one request chat_rpm admits
+	for i := 1; i <= 2*len(reqs); i++ {
+		if ask(i); w.status != http.StatusTooManyRequests {
+			t.Fatalf("request %d: %d, want 429", i, w.status)
+		}
+	}
+	i := 0
+	if n := testing.AllocsPerRun(1024, func() { ask(i); i++ }); n != 0 {
+		t.Errorf("%v allocations per 429 to a caller rotating X-Team, want 0", n)
 	}
 }

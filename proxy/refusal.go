@@ -23,7 +23,7 @@ import (
 // hitSig is what a 429's bytes depend on of one hit and its decision.
 type hitSig struct {
 	ru           *rule
-	key          limits.Key
+	key          limits.Key // a refusing hit's only (see sign)
 	own          bool
 	limit, burst int64 // the hit's own
 	allowed      bool
@@ -54,9 +54,15 @@ func (x *exchange) sign(sig *refusalSig) bool {
 	for i := range x.hits {
 		h, d := &x.hits[i], &x.out[i]
 		s := &sig.hits[i]
-		*s = hitSig{ru: x.rules[i], key: h.Key, own: h.Own, limit: h.Limit, burst: h.Burst, allowed: d.Allowed,
+		*s = hitSig{ru: x.rules[i], own: h.Own, limit: h.Limit, burst: h.Burst, allowed: d.Allowed,
 			dLimit: d.Limit, remaining: d.Remaining, retryS: ceilSeconds(d.RetryAfter), resetS: ceilSeconds(d.ResetAfter),
 			nextS: ceilSeconds(nextAfter(d))}
+		if !d.Allowed {
+			// A refusing hit's key is in the answer (denied_key); an
+			// admitting hit's is not, so callers who rotate it (a header
+			// of their choosing) still find the answer ready.
+			s.key = h.Key
+		}
 		if d.ResetAfter > 0 && d.ResetAfter < time.Second {
 			s.resetMs = ceilMillis(d.ResetAfter)
 		}
