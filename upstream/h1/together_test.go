@@ -29,9 +29,9 @@ func TestRequestsSentTogetherIntact(t *testing.T) {
 		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 		return true
 	})
-	cl := o.client(h1.Options{})
-	defer cl.CloseIdleConnections()
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	cl := o.client(h1.Options{}) // made with one processor: it yields under load
+	defer cl.CloseIdleConnections()
 	var wg sync.WaitGroup
 	var kept, sent atomic.Int64
 	for g := range 32 {
