@@ -240,26 +240,41 @@ func BenchmarkRefusedAllocs(b *testing.B) {
 // one request a minute, and ask(i) has caller i&255 ask again: a 429
 // from the refusal memory, through a writer that keeps nothing.
 func rememberedRefusals(tb testing.TB) (ask func(i int)) {
-	h := rememberingProxy(tb)
-	reqs := make([]*http.Request, 256)
-	bodies := make([]*strings.Reader, 256)
-	w := &discardWriter{h: http.Header{}}
-	for i := range reqs {
-		bodies[i] = strings.NewReader(chatBody)
-		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", io.NopCloser(bodies[i]))
-		r.RemoteAddr = "203.0.113." + strconv.Itoa(i) + ":4711"
-		r.Header.Set("Content-Type", "application/json")
-		reqs[i] = r
-		h.ServeHTTP(w, r) // admitted: the one request
+	w, again := replayed(rememberingProxy(tb), "/v1/chat/completions", 256, nil)
+	for i := range 256 {
+		again(i) // admitted: the one request
 	}
 	return func(i int) {
-		j := i & 255
+		if again(i); w.status != http.StatusTooManyRequests {
+			tb.Fatalf("caller %d asking again: status %d, want 429", i&255, w.status)
+		}
+	}
+}
+
+// replayed builds n chat POSTs to path, request i from 203.0.113.i then
+// changed by set (when not nil), and returns the writer they are answered
+// through and ask(i), which sends request i%n again with its body
+// rewound: asking costs the benchmark nothing, so allocations counted
+// around it are the proxy's own.
+func replayed(h http.Handler, path string, n int, set func(r *http.Request, i int)) (w *discardWriter, ask func(i int)) {
+	reqs := make([]*http.Request, n)
+	bodies := make([]*strings.Reader, n)
+	for i := range reqs {
+		bodies[i] = strings.NewReader(chatBody)
+		r := httptest.NewRequest(http.MethodPost, path, io.NopCloser(bodies[i]))
+		r.RemoteAddr = "203.0.113." + strconv.Itoa(i%256) + ":4711"
+		r.Header.Set("Content-Type", "application/json")
+		if set != nil {
+			set(r, i)
+		}
+		reqs[i] = r
+	}
+	w = &discardWriter{h: http.Header{}}
+	return w, func(i int) {
+		j := i % n
 		bodies[j].Reset(chatBody)
 		clear(w.h)
 		h.ServeHTTP(w, reqs[j])
-		if w.status != http.StatusTooManyRequests {
-			tb.Fatalf("caller %d asking again: status %d, want 429", j, w.status)
-		}
 	}
 }
 
@@ -284,5 +299,6 @@ func rememberingProxyFor(tb testing.TB, cfg config.Config) http.Handler {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	tb.Cleanup(p.Close)
 	return p.Handler()
 }

@@ -1,20 +1,12 @@
 package proxy_test
 
 import (
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
-	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
-	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 	"github.com/ratelimit-proxy/ratelimit-proxy/proxy"
-	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
 )
 
 // TestRefusalAllocatesNothingForEveryCaller: a refused caller asking again
@@ -75,43 +67,18 @@ window = "1m"
 				rules(t, tc.rule)(&cfg, &o)
 				cfg.ChatRPM = 0
 			}
-			tk := tokens.New()
-			if err := tk.Preload(); err != nil {
-				t.Fatal(err)
-			}
-			p, err := proxy.New(proxy.Options{Config: cfg, Store: limits.NewRemember(limits.NewMemory(limits.MemoryOptions{}), 100_000),
-				Logger: slog.New(slog.DiscardHandler), Tokenizer: tk, Registerer: prometheus.NewRegistry(),
-				Transport: staticTransport{body: []byte(`{}`)}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(p.Close)
-			h := p.Handler()
-			reqs := make([]*http.Request, 128)
-			bodies := make([]*strings.Reader, len(reqs))
-			w := &discardWriter{h: http.Header{}}
-			for i := range reqs {
-				bodies[i] = strings.NewReader(chatBody)
-				r := httptest.NewRequest(http.MethodPost, tc.path, io.NopCloser(bodies[i]))
-				r.RemoteAddr = "203.0.113." + strconv.Itoa(i) + ":4711"
-				r.Header.Set("Content-Type", "application/json")
-				tc.set(r, i)
-				reqs[i] = r
-				h.ServeHTTP(w, r) // admitted: the one request
-				if w.status != 200 {
+			w, again := replayed(rememberingProxyFor(t, cfg), tc.path, 128, tc.set)
+			for i := range 128 {
+				if again(i); w.status != 200 { // admitted: the one request
 					t.Fatalf("caller %d's first request: %d", i, w.status)
 				}
 			}
 			ask := func(i int) {
-				j := i % len(reqs)
-				bodies[j].Reset(chatBody)
-				clear(w.h)
-				h.ServeHTTP(w, reqs[j])
-				if w.status != http.StatusTooManyRequests {
-					t.Fatalf("caller %d asking again: %d, want 429", j, w.status)
+				if again(i); w.status != http.StatusTooManyRequests {
+					t.Fatalf("caller %d asking again: %d, want 429", i%128, w.status)
 				}
 			}
-			for i := range 2 * len(reqs) { // every caller's answer prepared
+			for i := range 2 * 128 { // every caller's answer prepared
 				ask(i)
 			}
 			i := 0

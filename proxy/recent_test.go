@@ -1,11 +1,8 @@
 package proxy_test
 
 import (
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
@@ -49,26 +46,12 @@ key    = ["header:X-Team"]
 limit  = 1000000000
 window = "1m"
 `)(&cfg, &o)
-	h := rememberingProxyFor(t, cfg)
-	reqs := make([]*http.Request, 128)
-	bodies := make([]*strings.Reader, len(reqs))
-	w := &discardWriter{h: http.Header{}}
-	for i := range reqs {
-		bodies[i] = strings.NewReader(chatBody)
-		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", io.NopCloser(bodies[i]))
+	w, ask := replayed(rememberingProxyFor(t, cfg), "/v1/chat/completions", 128, func(r *http.Request, i int) {
 		r.RemoteAddr = "203.0.113.9:4711" // one caller
-		r.Header.Set("Content-Type", "application/json")
 		r.Header.Set("X-Team", "team-"+strconv.Itoa(i))
-		reqs[i] = r
-	}
-	ask := func(i int) {
-		j := i % len(reqs)
-		bodies[j].Reset(chatBody)
-		clear(w.h)
-		h.ServeHTTP(w, reqs[j])
-	}
+	})
 	ask(0) // the one request chat_rpm admits
-	for i := 1; i <= 2*len(reqs); i++ {
+	for i := 1; i <= 2*128; i++ {
 		if ask(i); w.status != http.StatusTooManyRequests {
 			t.Fatalf("request %d: %d, want 429", i, w.status)
 		}
