@@ -53,8 +53,10 @@ func (in *keyInput) header(name, alt string) string {
 		return strings.ToLower(in.r.Host)
 	}
 	vs := in.r.Header[name]
-	if alts := in.r.Header[alt]; alt != "" && len(alts) > 0 {
-		vs = append(vs[:len(vs):len(vs)], alts...)
+	if alt != "" {
+		if alts := in.r.Header[alt]; len(alts) > 0 {
+			vs = append(vs[:len(vs):len(vs)], alts...)
+		}
 	}
 	if len(vs) == 0 {
 		return ""

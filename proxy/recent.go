@@ -102,7 +102,10 @@ var recentAPIKeys recent[keyEntry]
 // negligible).
 func hashKey(tok string) string {
 	sum := sha256.Sum256([]byte(tok))
-	h := binary.LittleEndian.Uint64(sum[:8]) ^ recentSeedBits
+	// The sum is the hash: an attacker who grinds keys into one slot
+	// costs only rebuilds (a seed would not stop that: slots are a few
+	// bits of it).
+	h := binary.LittleEndian.Uint64(sum[:8])
 	for _, w := range recentAPIKeys.ways(h) {
 		if e := w.Load(); e != nil && [8]byte(sum[:8]) == e.sum {
 			return e.value
@@ -115,10 +118,6 @@ func hashKey(tok string) string {
 	recentAPIKeys.put(h, e)
 	return e.value
 }
-
-// recentSeedBits scatters the API key table's slots per process, as the
-// seed does the others'.
-var recentSeedBits = maphash.String(recentSeed, "api keys")
 
 // maxKeyParts is the most parts a rule's key may have that recentKeys
 // keeps; longer keys are built every time.
