@@ -194,9 +194,11 @@ func (f fastRT) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // BenchmarkRoundTripLone is one request at a time: its latency (ns/op)
-// and, idle, the process's CPU per request (the origin's included), with the processors idle and with each of them busy computing (as when
-// other requests' bodies are parsed or tokenized), where a request that
-// yields before it is sent waits for a processor to come free.
+// and, idle, the process's CPU per request (the origin's included), with
+// the processors idle and with each of them busy computing (as when other
+// requests' bodies are parsed or tokenized). It measured the cost of the
+// yield before sending (RoundTrip) with more than one processor, where
+// the client now sends at once.
 func BenchmarkRoundTripLone(b *testing.B) {
 	for _, busy := range []bool{false, true} {
 		name := "idle"

@@ -199,21 +199,15 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	defer out.free()
 	// With one processor and another round trip under way, yield it
-	// first, so that the requests whose guards ran in the same scheduling
-	// round leave together, at its end, instead of one every few tens of
-	// microseconds: an event-loop upstream then reads a handful per wakeup
-	// instead of waking for each, as it does behind nginx, whose event
-	// loop sends a round's requests together. Measured with
-	// tests/bench/compare.sh (MODE=admitted, GOMAXPROCS=1, 50 clients):
-	// the upstream's wakeups per request fell from 0.95 to 0.1 and its CPU
-	// per request from 1.2–1.33× to 1.02–1.10× of what it spends behind
-	// nginx, at no cost in the proxy's own CPU or latency. With more
-	// processors a yield wakes an idle one to run the request: with two,
-	// +20 µs of CPU for a lone request (BenchmarkRoundTripLone) and +13 %
-	// for the proxy under the same load, for 9 % less at the upstream, so
-	// it sends at once, as a lone request does. It yields before it takes
-	// a connection, so that a client that left meanwhile costs none (the
-	// context is checked below).
+	// first: the requests whose guards ran in the same scheduling round
+	// then leave together at its end, and an event-loop upstream reads a
+	// handful per wakeup instead of waking for each, as behind nginx
+	// (upstream wakeups per request 0.95 → 0.1, its CPU 1.2–1.33× → about
+	// 1.05× of behind nginx: docs/performance.md). With more processors a
+	// yield wakes an idle one, which costs the proxy more than the
+	// upstream saves, so the request leaves at once, as a lone one does.
+	// The yield comes before a connection is taken, so that a client that
+	// left meanwhile costs none (the context is checked below).
 	if c.procs == 1 {
 		if c.inFlight.Add(1) > 1 {
 			runtime.Gosched()
