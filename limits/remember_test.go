@@ -145,7 +145,9 @@ func TestRememberForgetAndBounds(t *testing.T) {
 	for i := range 10 {
 		decideOne(small, r, fmt.Sprint("s", i), 1, now)
 	}
-	if st := small.Stats(); st.Entries != 2 || st.Evictions != 8 {
+	// Two shards of one entry each; the seeded hash puts all ten keys in
+	// one of them about once in 500 runs, which leaves one entry.
+	if st := small.Stats(); st.Entries < 1 || st.Entries > 2 || st.Evictions != 10-int64(st.Entries) {
 		t.Fatalf("10 refusals in a memory of 2: %+v", st)
 	}
 	if limits.NewRemember(inner, 0) != limits.Store(inner) {
