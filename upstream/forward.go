@@ -524,7 +524,9 @@ type buffered interface{ Buffered() int }
 // sent together (SSE events of one burst) leaves together, and what it
 // sent apart leaves at once; a body that cannot tell is flushed after every
 // write. A body of known length is never flushed midway: the server's
-// buffer sends it in as few writes as it can.
+// buffer sends it in as few writes as it can. A stream whose body can push
+// itself (an h1 connection's, on Linux) does so: it reads no more often
+// than bytes come (upstream/h1/push_linux.go says why).
 func (f *forwarder) copyBody(w http.ResponseWriter, res *http.Response) error {
 	body := res.Body
 	var flush func() error
@@ -539,6 +541,11 @@ func (f *forwarder) copyBody(w http.ResponseWriter, res *http.Response) error {
 	bp := f.buffers.get()
 	defer f.buffers.put(bp)
 	buf := *bp
+	if p, ok := body.(pusher); ok && flush != nil {
+		if pushed, err := p.Push(w, flush, buf); pushed {
+			return err
+		}
+	}
 	for {
 		nr, rerr := body.Read(buf)
 		if nr > 0 {
@@ -560,6 +567,14 @@ func (f *forwarder) copyBody(w http.ResponseWriter, res *http.Response) error {
 			return rerr
 		}
 	}
+}
+
+// pusher is a body that copies itself to a writer as it comes, flushing
+// when its source has nothing more to give (h1.Body on Linux, and the
+// usage reader in front of one): a stream then costs no read that finds
+// nothing. pushed is false when it cannot, and nothing was read.
+type pusher interface {
+	Push(w io.Writer, flush func() error, buf []byte) (pushed bool, err error)
 }
 
 // isStream reports whether a response is a stream: an event stream, or a

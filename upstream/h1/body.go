@@ -84,7 +84,7 @@ func (b *Body) Read(p []byte) (int, error) {
 	case bodyChunked:
 		n, err = b.chunks.Read(p)
 		if err == io.EOF {
-			if terr := b.readTrailer(); terr != nil {
+			if terr := b.readTrailer(b.br); terr != nil {
 				err = terr
 			}
 		}
@@ -167,10 +167,10 @@ func (b *Body) Close() error {
 
 // readTrailer reads what follows the last chunk, as net/http does: a
 // blank line, or trailer fields merged into the response's Trailer.
-func (b *Body) readTrailer() error {
-	buf, err := b.br.Peek(2)
+func (b *Body) readTrailer(br *bufio.Reader) error {
+	buf, err := br.Peek(2)
 	if bytes.Equal(buf, crlf) {
-		b.br.Discard(2)
+		br.Discard(2)
 		return nil
 	}
 	if len(buf) < 2 {
@@ -179,10 +179,10 @@ func (b *Body) readTrailer() error {
 	if err != nil {
 		return err
 	}
-	if !upcomingDoubleCRLF(b.br) {
+	if !upcomingDoubleCRLF(br) {
 		return errors.New("h1: suspiciously long trailer after chunked body")
 	}
-	hdr, err := textproto.NewReader(b.br).ReadMIMEHeader()
+	hdr, err := textproto.NewReader(br).ReadMIMEHeader()
 	if err != nil {
 		if err == io.EOF {
 			return errTrailerEOF

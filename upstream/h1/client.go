@@ -287,7 +287,7 @@ func (c *Client) get(ctx context.Context, fresh bool) (*Conn, error) {
 		return nil, err
 	}
 	c.dials.Add(1)
-	return newConn(c, nc), nil
+	return newConn(c, Quiet(nc)), nil
 }
 
 // take pops the most recently used idle connection that is still

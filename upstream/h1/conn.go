@@ -77,12 +77,16 @@ func (cn *Conn) abort() {
 
 var aLongTimeAgo = time.Unix(1, 0)
 
-func (cn *Conn) setReadDeadline(t time.Time) {
+// setReadDeadline sets t unless the connection was aborted (its deadline
+// is then past, and stays so); false when it was.
+func (cn *Conn) setReadDeadline(t time.Time) bool {
 	cn.mu.Lock()
-	if !cn.aborted {
-		cn.nc.SetReadDeadline(t)
+	defer cn.mu.Unlock()
+	if cn.aborted {
+		return false
 	}
-	cn.mu.Unlock()
+	cn.nc.SetReadDeadline(t)
+	return true
 }
 
 // watch starts watching ctx for the request in flight.

@@ -143,6 +143,18 @@ func check(t *testing.T, body []byte, o usage.Options) ([]byte, usage.Result) {
 			t.Fatalf("%s: result %+v, whole read %+v", s.name, res, res0)
 		}
 	}
+	// Pushed, as an upstream connection pushes a stream: the same bytes and
+	// result, unless stripping applies, which pushing leaves to Read.
+	strips := o.Strip && o.Stream && (o.API == usage.OpenAIChat || o.API == usage.OpenAICompletions)
+	for _, s := range splitters() {
+		out, res, pushed := runPush(t, s.wrap(body), o)
+		if pushed == strips {
+			t.Fatalf("%s: pushed %v with stripping %v", s.name, pushed, strips)
+		}
+		if !bytes.Equal(out, out0) || res != res0 {
+			t.Fatalf("%s, pushed: got\n%q %+v\nwant\n%q %+v", s.name, out, res, out0, res0)
+		}
+	}
 	// Small client buffers: what a read releases does not fit at once.
 	for _, size := range []int{1, 7, 300} {
 		out, res := runBuf(t, randomSplits(body, uint64(size)), o, -1, size)
@@ -151,4 +163,56 @@ func check(t *testing.T, body []byte, o usage.Options) ([]byte, usage.Result) {
 		}
 	}
 	return out0, res0
+}
+
+// pushBody is a body that pushes itself as an upstream connection's does:
+// each read of src written, then flushed.
+type pushBody struct{ src io.Reader }
+
+func (p *pushBody) Read(b []byte) (int, error) { return p.src.Read(b) }
+func (p *pushBody) Close() error               { return nil }
+
+func (p *pushBody) Push(w io.Writer, flush func() error, buf []byte) (bool, error) {
+	for {
+		n, err := p.src.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return true, werr
+			}
+			flush()
+		}
+		if err == io.EOF {
+			return true, nil
+		}
+		if err != nil {
+			return true, err
+		}
+	}
+}
+
+// runPush is run with the reader pushed instead of read, when it can be;
+// pushed says whether it was.
+func runPush(t testing.TB, src io.Reader, o usage.Options) (out []byte, res usage.Result, pushed bool) {
+	t.Helper()
+	calls := 0
+	rc := usage.NewReader(&pushBody{src: src}, o, func(r usage.Result) { res = r; calls++ })
+	var w bytes.Buffer
+	pushed, err := rc.(interface {
+		Push(io.Writer, func() error, []byte) (bool, error)
+	}).Push(&w, func() error { return nil }, make([]byte, 32<<10))
+	if err != nil {
+		t.Fatalf("Push: %v", err)
+	}
+	if !pushed {
+		if _, err := io.Copy(&w, rc); err != nil {
+			t.Fatalf("Read after a declined push: %v", err)
+		}
+	}
+	if err := rc.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if calls != 1 {
+		t.Fatalf("done called %d times, want 1", calls)
+	}
+	return w.Bytes(), res, pushed
 }

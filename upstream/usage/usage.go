@@ -309,6 +309,51 @@ func (r *reader) Buffered() int {
 	return n
 }
 
+// Push copies the body to w through the wrapped body's own Push (an
+// upstream connection's, which then reads no more than it must), scanning
+// every byte on its way as Read does. pushed is false, and nothing was
+// read, when the wrapped body cannot push or this response is stripped
+// (stripping holds events back, which Read alone does): the caller then
+// reads. Must not be called concurrently with Read.
+func (r *reader) Push(w io.Writer, flush func() error, buf []byte) (pushed bool, err error) {
+	p, ok := r.body.(interface {
+		Push(io.Writer, func() error, []byte) (bool, error)
+	})
+	if !ok || r.cut || r.closed || r.err != nil {
+		return false, nil
+	}
+	sw := scanWriter{r: r, w: w}
+	if pushed, err = p.Push(&sw, flush, buf); !pushed {
+		return false, nil
+	}
+	switch {
+	case err == nil:
+		r.fail(io.EOF)
+	case sw.err == nil: // the upstream's error, not the client's
+		r.fail(err)
+	}
+	return true, err
+}
+
+// scanWriter scans what a pushed body writes, as readPass scans what it
+// reads.
+type scanWriter struct {
+	r   *reader
+	w   io.Writer
+	err error // the client's
+}
+
+func (s *scanWriter) Write(p []byte) (int, error) {
+	if s.r.o.Stream {
+		s.r.scan(p)
+	} else {
+		s.r.feedBody(p)
+	}
+	n, err := s.w.Write(p)
+	s.err = err
+	return n, err
+}
+
 // Close closes the body and reports the result to done, once.
 func (r *reader) Close() error {
 	if r.closed {
