@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/quiet"
 )
 
 // ParseRedisURL turns REDIS_URL into client options: redis:// and
@@ -33,6 +35,21 @@ func NewRedisClient(raw string) (redis.UniversalClient, error) {
 	o.ContextTimeoutEnabled = true
 	o.MaxRetries = -1
 	o.DialTimeout = time.Second
+	if o.Dialer == nil && o.TLSConfig == nil {
+		// Plain TCP reads and writes as raw system calls (internal/quiet
+		// says why); TLS and unix sockets keep go-redis's own dialing.
+		// The keep-alive is go-redis's: probing after 30 s idle, the
+		// peer dead after 3 probes 5 s apart.
+		d := &net.Dialer{Timeout: o.DialTimeout, KeepAliveConfig: net.KeepAliveConfig{
+			Enable: true, Idle: 30 * time.Second, Interval: 5 * time.Second, Count: 3}}
+		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return quiet.Conn(c), nil
+		}
+	}
 	// RESP2 unless the URL asks for 3: RESP3's push notifications (which
 	// the decisions never use) cost a check of the socket on every call,
 	// ~13 % of the client's CPU per decision.

@@ -34,11 +34,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-proxy/ratelimit-proxy/config"
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/quiet"
 	"github.com/ratelimit-proxy/ratelimit-proxy/limits"
 	"github.com/ratelimit-proxy/ratelimit-proxy/proxy"
 	"github.com/ratelimit-proxy/ratelimit-proxy/tokens"
 	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/gate"
-	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/h1"
 	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/mockapi"
 )
 
@@ -257,9 +257,7 @@ func listen(addr string, h http.Handler, log *slog.Logger, name string) (*http.S
 	if err != nil {
 		return nil, fmt.Errorf("%s listener: %w", name, err)
 	}
-	if name == "public" {
-		ln = quietListener{ln}
-	}
+	ln = quiet.Listener(ln) // raw reads and writes: internal/quiet says why
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -374,15 +372,4 @@ type redisLog struct{ log *slog.Logger }
 
 func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
-}
-
-// quietListener hands the server its connections as h1.Quiet ones.
-type quietListener struct{ net.Listener }
-
-func (l quietListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return h1.Quiet(c), nil
 }

@@ -22,6 +22,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/quiet"
 )
 
 // Options configures New.
@@ -287,7 +289,7 @@ func (c *Client) get(ctx context.Context, fresh bool) (*Conn, error) {
 		return nil, err
 	}
 	c.dials.Add(1)
-	return newConn(c, Quiet(nc)), nil
+	return newConn(c, quiet.Conn(nc)), nil
 }
 
 // take pops the most recently used idle connection that is still

@@ -9,6 +9,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/quiet"
 )
 
 // Push copies a streamed body to w as it comes off the connection,
@@ -89,7 +91,7 @@ func (b *Body) pushReads(s *pushing, buf []byte) error {
 	var rerr error
 	read := func(fd uintptr) bool {
 		for {
-			n, errno := rawRead(fd, buf)
+			n, errno := quiet.Read(fd, buf)
 			switch {
 			case errno == syscall.EAGAIN:
 				s.flushNow() // a spurious wake-up, a probe, or buf was filled

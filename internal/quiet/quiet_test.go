@@ -1,6 +1,6 @@
 //go:build linux
 
-package h1_test
+package quiet_test
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-proxy/ratelimit-proxy/upstream/h1"
+	"github.com/ratelimit-proxy/ratelimit-proxy/internal/quiet"
 )
 
 // quietPair is a loopback TCP connection, both ends made quiet.
@@ -37,7 +37,7 @@ func quietPair(t *testing.T) (a, b net.Conn) {
 	if c == nil {
 		t.Fatal("accept failed")
 	}
-	a, b = h1.Quiet(d), h1.Quiet(c)
+	a, b = quiet.Conn(d), quiet.Conn(c)
 	t.Cleanup(func() { a.Close(); b.Close() })
 	return a, b
 }
@@ -133,7 +133,7 @@ func TestQuietKeepsOtherConnections(t *testing.T) {
 	p, q := net.Pipe()
 	defer p.Close()
 	defer q.Close()
-	if h1.Quiet(p) != p {
+	if quiet.Conn(p) != p {
 		t.Fatal("a pipe was wrapped")
 	}
 	a, _ := quietPair(t)

@@ -1,6 +1,6 @@
 //go:build linux && race
 
-package h1
+package quiet
 
 import "syscall"
 
@@ -8,9 +8,9 @@ import "syscall"
 // whose annotations order a write to a socket before the read of it in
 // the same process (a test's origin and the proxy): raw system calls
 // would hide that order and make the detector report races that are not.
-// Everything else in quiet_linux.go is the same.
+// Everything else is the same.
 
-func rawRead(fd uintptr, p []byte) (int, syscall.Errno) {
+func Read(fd uintptr, p []byte) (int, syscall.Errno) {
 	for {
 		n, err := syscall.Read(int(fd), p)
 		if err != syscall.EINTR {
@@ -19,7 +19,7 @@ func rawRead(fd uintptr, p []byte) (int, syscall.Errno) {
 	}
 }
 
-func rawWrite(fd uintptr, p []byte) (int, syscall.Errno) {
+func write(fd uintptr, p []byte) (int, syscall.Errno) {
 	for {
 		n, err := syscall.Write(int(fd), p)
 		if err != syscall.EINTR {

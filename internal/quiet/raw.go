@@ -1,15 +1,16 @@
 //go:build linux && !race
 
-package h1
+package quiet
 
 import (
 	"syscall"
 	"unsafe"
 )
 
-// rawRead is read(2) without the runtime's system call bookkeeping
-// (quiet_linux.go says why); EINTR is retried.
-func rawRead(fd uintptr, p []byte) (int, syscall.Errno) {
+// Read is read(2) on fd without the runtime's system call bookkeeping
+// (the package's comment says why); EINTR is retried. For a caller that
+// reads inside syscall.RawConn.Read itself (h1's pushed streams).
+func Read(fd uintptr, p []byte) (int, syscall.Errno) {
 	for {
 		r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 		if e != syscall.EINTR {
@@ -18,8 +19,8 @@ func rawRead(fd uintptr, p []byte) (int, syscall.Errno) {
 	}
 }
 
-// rawWrite is write(2) likewise.
-func rawWrite(fd uintptr, p []byte) (int, syscall.Errno) {
+// write is write(2) likewise.
+func write(fd uintptr, p []byte) (int, syscall.Errno) {
 	for {
 		r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 		if e != syscall.EINTR {
