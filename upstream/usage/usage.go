@@ -310,33 +310,42 @@ func (r *reader) Buffered() int {
 }
 
 // Push copies the body to w through the wrapped body's own Push (an
-// upstream connection's, which then reads no more than it must), scanning
-// every byte on its way as Read does. pushed is false, and nothing was
-// read, when the wrapped body cannot push or this response is stripped
-// (stripping holds events back, which Read alone does): the caller then
-// reads. Must not be called concurrently with Read.
+// upstream connection's, which then reads no more than it must), each
+// byte scanned, and stripped when that applies, on its way, as Read would.
+// pushed is false, and nothing was read, when the wrapped body cannot
+// push: the caller then reads. The wrapped body must hand its writes
+// buffers it does not use again (stripping works in place). Must not be
+// called concurrently with Read.
 func (r *reader) Push(w io.Writer, flush func() error, buf []byte) (pushed bool, err error) {
 	p, ok := r.body.(interface {
 		Push(io.Writer, func() error, []byte) (bool, error)
 	})
-	if !ok || r.cut || r.closed || r.err != nil {
+	if !ok || r.closed || r.err != nil || r.outPos < len(r.out) {
 		return false, nil
 	}
 	sw := scanWriter{r: r, w: w}
 	if pushed, err = p.Push(&sw, flush, buf); !pushed {
 		return false, nil
 	}
-	switch {
-	case err == nil:
+	if sw.err != nil {
+		return true, err // the client's error: the stream stays unfinished
+	}
+	if err == nil {
 		r.fail(io.EOF)
-	case sw.err == nil: // the upstream's error, not the client's
+	} else {
 		r.fail(err)
+	}
+	// An event held back while stripping is released, as it is; then the
+	// upstream's error, if any.
+	if werr := sw.release(); werr != nil {
+		return true, werr
 	}
 	return true, err
 }
 
-// scanWriter scans what a pushed body writes, as readPass scans what it
-// reads.
+// scanWriter is what a pushed body writes to: it scans the bytes as
+// readPass does, or strips them as readStrip does, and passes on what is
+// for the client.
 type scanWriter struct {
 	r   *reader
 	w   io.Writer
@@ -344,14 +353,46 @@ type scanWriter struct {
 }
 
 func (s *scanWriter) Write(p []byte) (int, error) {
-	if s.r.o.Stream {
-		s.r.scan(p)
-	} else {
-		s.r.feedBody(p)
+	r := s.r
+	out := p
+	switch {
+	case r.cut:
+		out = p[:r.consume(p, 0)] // in place; more may wait in r.out
+	case r.o.Stream:
+		r.scan(p)
+	default:
+		r.feedBody(p)
 	}
-	n, err := s.w.Write(p)
+	if err := s.put(out); err != nil {
+		return 0, err
+	}
+	if err := s.release(); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// release writes what stripping left in r.out.
+func (s *scanWriter) release() error {
+	r := s.r
+	if r.outPos == len(r.out) {
+		return nil
+	}
+	err := s.put(r.out[r.outPos:])
+	r.out, r.outPos = r.out[:0], 0
+	return err
+}
+
+func (s *scanWriter) put(b []byte) error {
+	if len(b) == 0 || s.err != nil {
+		return s.err
+	}
+	n, err := s.w.Write(b)
+	if err == nil && n != len(b) {
+		err = io.ErrShortWrite
+	}
 	s.err = err
-	return n, err
+	return err
 }
 
 // Close closes the body and reports the result to done, once.

@@ -2,6 +2,7 @@ package usage_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -217,6 +218,49 @@ func TestClientGone(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The client gone mid-stream while the stream is pushed: the push ends
+// with the client's error, the stream is not complete, and what was
+// scanned is counted as the same reads count it.
+func TestPushClientGone(t *testing.T) {
+	body := chatStream(chatForm{usage: true, nulls: true})
+	events := bytes.SplitAfter(body, []byte("\n\n"))
+	for _, strip := range []bool{false, true} {
+		o := usage.Options{API: usage.OpenAIChat, Stream: true, Strip: strip, Count: countBytes}
+		var res usage.Result
+		rc := usage.NewReader(&pushBody{src: &pieces{p: slices.Clone(events)}}, o, func(r usage.Result) { res = r })
+		w := &failAfter{n: 3}
+		pushed, err := rc.(interface {
+			Push(io.Writer, func() error, []byte) (bool, error)
+		}).Push(w, func() error { return nil }, make([]byte, 32<<10))
+		if !pushed || err != errGone {
+			t.Fatalf("strip=%v: pushed %v, error %v; want the client's", strip, pushed, err)
+		}
+		rc.Close()
+		if res.Complete || res.Reported {
+			t.Fatalf("strip=%v: result %+v after the client left", strip, res)
+		}
+		// Four events were read and scanned, as when a copy reads four
+		// and fails to write the fourth.
+		_, want := runUpTo(t, &pieces{p: slices.Clone(events)}, o, 4)
+		if res.Output != want.Output {
+			t.Fatalf("strip=%v: Output %d, four reads give %d", strip, res.Output, want.Output)
+		}
+	}
+}
+
+var errGone = errors.New("client gone")
+
+// failAfter takes n writes, then fails.
+type failAfter struct{ n int }
+
+func (f *failAfter) Write(p []byte) (int, error) {
+	if f.n == 0 {
+		return 0, errGone
+	}
+	f.n--
+	return len(p), nil
 }
 
 // Text past MaxText is counted in batches of MaxText, whatever the reads.
