@@ -180,19 +180,23 @@ func (s *pushing) flushNow() {
 
 // pushTrailer reads what follows the last chunk, starting with rest:
 // reuse is whether the connection ends exactly there.
+// The connection's own buffer follows rest: it is empty once Push read
+// the connection itself, and holds what the head's read brought beyond
+// buf otherwise.
 func (b *Body) pushTrailer(rest []byte) (reuse bool, err error) {
 	if len(rest) >= 2 && bytes.Equal(rest[:2], crlf) {
-		return len(rest) == 2, nil // anything after it is unasked for
+		// Anything after it is unasked for.
+		return len(rest) == 2 && b.br.Buffered() == 0, nil
 	}
 	// Trailer fields, or a CRLF still on its way: rare enough to read
 	// through a buffer of their own, which must end empty to keep the
 	// connection.
 	left := bytes.NewReader(rest)
-	br := bufio.NewReaderSize(io.MultiReader(left, b.cn.nc), b.br.Size())
+	br := bufio.NewReaderSize(io.MultiReader(left, b.br), b.br.Size())
 	if err := b.readTrailer(br); err != nil {
 		return false, b.cn.readErr(err, false)
 	}
-	return br.Buffered() == 0 && left.Len() == 0, nil
+	return br.Buffered() == 0 && left.Len() == 0 && b.br.Buffered() == 0, nil
 }
 
 // peekAll returns what br holds, without reading.

@@ -302,3 +302,51 @@ func TestPushDeclinesLengthBody(t *testing.T) {
 	}
 	res.Body.Close()
 }
+
+// TestPushBufferSmallerThanHeadRead: what the head's read brought is
+// pushed through a buffer smaller than it, the end and the trailer
+// included: the trailer's rest is read from the connection's buffer, not
+// waited for on the socket, and the connection is kept.
+func TestPushBufferSmallerThanHeadRead(t *testing.T) {
+	o := newRawOrigin(t, func(n int64, c net.Conn, _ *http.Request, _ []byte) bool {
+		if n > 1 {
+			return okJSON(c)
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTrailer: X-Usage\r\nTransfer-Encoding: chunked\r\n\r\n"+
+			chunk(event(0))+chunk(event(1))+"0\r\nX-Usage: 7\r\n\r\n")
+		return true
+	})
+	cl := o.client(h1.Options{})
+	req, _ := http.NewRequest("POST", o.url("/"), strings.NewReader(`{}`))
+	res, err := cl.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f flushLog
+	done := make(chan error, 1)
+	go func() {
+		_, err := res.Body.(pusher).Push(&f, f.flush, make([]byte, 8))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the push waited on the socket for bytes already read")
+	}
+	res.Body.Close()
+	if want := event(0) + event(1); f.out.String() != want {
+		t.Fatalf("pushed %q, want %q", f.out.String(), want)
+	}
+	if got := res.Trailer.Get("X-Usage"); got != "7" {
+		t.Fatalf("trailer X-Usage %q, want 7", got)
+	}
+	if _, b := do(t, cl, "GET", o.url("/"), ""); b != `{"ok":true}` {
+		t.Fatalf("next answer %q", b)
+	}
+	if n := o.conns.Load(); n != 1 {
+		t.Fatalf("%d connections, want 1", n)
+	}
+}
