@@ -178,21 +178,24 @@ func (s *pushing) flushNow() {
 	s.pending = false
 }
 
-// pushTrailer reads what follows the last chunk, starting with rest:
-// reuse is whether the connection ends exactly there.
+// pushTrailer reads what follows the last chunk, starting with rest and
+// then what the connection's read buffer still holds (a buf smaller than
+// what came with the head leaves some there): reuse is whether the
+// connection ends exactly there.
 func (b *Body) pushTrailer(rest []byte) (reuse bool, err error) {
 	if len(rest) >= 2 && bytes.Equal(rest[:2], crlf) {
-		return len(rest) == 2, nil // anything after it is unasked for
+		// Anything after it is unasked for.
+		return len(rest) == 2 && b.br.Buffered() == 0, nil
 	}
 	// Trailer fields, or a CRLF still on its way: rare enough to read
 	// through a buffer of their own, which must end empty to keep the
 	// connection.
 	left := bytes.NewReader(rest)
-	br := bufio.NewReaderSize(io.MultiReader(left, b.cn.nc), b.br.Size())
+	br := bufio.NewReaderSize(io.MultiReader(left, b.br), b.br.Size())
 	if err := b.readTrailer(br); err != nil {
 		return false, b.cn.readErr(err, false)
 	}
-	return br.Buffered() == 0 && left.Len() == 0, nil
+	return br.Buffered() == 0 && left.Len() == 0 && b.br.Buffered() == 0, nil
 }
 
 // peekAll returns what br holds, without reading.

@@ -302,3 +302,64 @@ func TestPushDeclinesLengthBody(t *testing.T) {
 	}
 	res.Body.Close()
 }
+
+// TestPushBufferSmallerThanHead: a buffer smaller than what came with the
+// head still gives the whole body and trailer, and the connection is kept
+// only when nothing follows the response: what the read buffer still
+// holds after the last chunk's line is part of the trailer, not lost (the
+// push waited on the socket for a trailer it had already read) nor left
+// to be read as the next answer.
+func TestPushBufferSmallerThanHead(t *testing.T) {
+	const head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+	for _, tc := range []struct {
+		name, body string
+		trailer    http.Header
+		reuse      bool
+	}{
+		{name: "final CRLF", body: "5\r\nhello\r\n0\r\n\r\n", reuse: true},
+		{name: "trailer", body: "5\r\nhello\r\n0\r\nX-Usage: 7\r\n\r\n", trailer: http.Header{"X-Usage": {"7"}}, reuse: true},
+		{name: "bytes after the end", body: "5\r\nhello\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n\r\n"},
+	} {
+		for size := 1; size <= len(tc.body); size++ {
+			t.Run(tc.name+"/"+strconv.Itoa(size), func(t *testing.T) {
+				o := newRawOrigin(t, func(n int64, c net.Conn, _ *http.Request, _ []byte) bool {
+					if n > 1 {
+						return okJSON(c)
+					}
+					io.WriteString(c, head+tc.body) // all in the read buffer with the head
+					return true
+				})
+				cl := o.client(h1.Options{})
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, "GET", o.url("/"), nil)
+				res, err := cl.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var f flushLog
+				pushed, err := res.Body.(pusher).Push(&f, f.flush, make([]byte, size))
+				if !pushed || err != nil {
+					t.Fatalf("pushed %v, error %v", pushed, err)
+				}
+				res.Body.Close()
+				if f.out.String() != "hello" {
+					t.Fatalf("pushed %q, want %q", f.out.String(), "hello")
+				}
+				if !equalHeaders(res.Trailer, tc.trailer) {
+					t.Fatalf("trailer %q, want %q", res.Trailer, tc.trailer)
+				}
+				if _, b := do(t, cl, "GET", o.url("/"), ""); b != `{"ok":true}` {
+					t.Fatalf("next answer %q", b)
+				}
+				want := int64(2)
+				if tc.reuse {
+					want = 1
+				}
+				if n := o.conns.Load(); n != want {
+					t.Fatalf("%d connections, want %d", n, want)
+				}
+			})
+		}
+	}
+}
