@@ -89,6 +89,7 @@ const pushProbe = 200 * time.Millisecond
 // ends, a write fails or a read does.
 func (b *Body) pushReads(s *pushing, buf []byte) error {
 	var rerr error
+	ctx := b.cn.ctx // the request's: its cancellation aborts the connection
 	read := func(fd uintptr) bool {
 		for {
 			n, errno := quiet.Read(fd, buf)
@@ -113,6 +114,13 @@ func (b *Body) pushReads(s *pushing, buf []byte) error {
 			if n < len(buf) { // drained: wait without reading
 				s.flushNow()
 				return false
+			}
+			// Reading on without a wait: the abort's past deadline is seen
+			// only by a wait, and an upstream that outpaces the client
+			// (a full socket queue) may never leave one to wait for.
+			if ctx != nil && ctx.Err() != nil {
+				rerr = ctx.Err()
+				return true
 			}
 		}
 	}

@@ -363,3 +363,69 @@ func TestPushBufferSmallerThanHead(t *testing.T) {
 		}
 	}
 }
+
+// slowClient is a client that takes a while over each write (a slow
+// reader on the far end of a fast upstream); it cancels its request once
+// it has taken cancelAt bytes.
+type slowClient struct {
+	n        int
+	cancelAt int
+	cancel   func()
+}
+
+func (s *slowClient) Write(p []byte) (int, error) {
+	time.Sleep(time.Millisecond)
+	s.n += len(p)
+	if s.n >= s.cancelAt && s.cancel != nil {
+		s.cancel()
+		s.cancel = nil
+	}
+	return len(p), nil
+}
+
+// TestPushCancelWhileUpstreamOutpaces: a request cancelled while the
+// upstream sends faster than the client takes (every read fills the
+// buffer, so the push never waits on the poller, where the abort's
+// deadline would be seen) still ends the push at once with the context's
+// error, as a Read would: the rest is not read and sent on.
+func TestPushCancelWhileUpstreamOutpaces(t *testing.T) {
+	const total = 8 << 20
+	o := newRawOrigin(t, func(_ int64, c net.Conn, _ *http.Request, _ []byte) bool {
+		c.(*net.TCPConn).SetWriteBuffer(4 << 20)
+		io.WriteString(c, "HTTP/1.0 200 OK\r\nContent-Type: application/octet-stream\r\n\r\n")
+		block := bytes.Repeat([]byte("x"), 256<<10)
+		for sent := 0; sent < total; sent += len(block) {
+			if _, err := c.Write(block); err != nil {
+				break
+			}
+		}
+		return false
+	})
+	// Socket buffers as large as a long fat network's, so that the
+	// upstream keeps the queue full and no read comes back short.
+	var d net.Dialer
+	cl := o.client(h1.Options{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err == nil {
+			c.(*net.TCPConn).SetReadBuffer(4 << 20)
+		}
+		return c, err
+	}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", o.url("/"), nil)
+	res, err := cl.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	w := &slowClient{cancelAt: 1 << 20, cancel: cancel}
+	// A small buffer keeps the socket's queue from draining between reads.
+	pushed, err := res.Body.(pusher).Push(w, func() error { return nil }, make([]byte, 4<<10))
+	if !pushed || !errors.Is(err, context.Canceled) {
+		t.Fatalf("pushed %v, error %v; want context.Canceled", pushed, err)
+	}
+	if w.n > 2<<20 {
+		t.Fatalf("%d bytes sent on after the request was cancelled at %d", w.n-(1<<20), 1<<20)
+	}
+}
