@@ -39,7 +39,7 @@ func (b *Body) Push(w io.Writer, flush func() error, buf []byte) (ok bool, err e
 	err = b.err
 	b.mu.Unlock()
 	if err != nil {
-		return true, err
+		return false, nil // ended or closed: a Read says which
 	}
 	s := pushing{b: b, w: w, flush: flush}
 

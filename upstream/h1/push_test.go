@@ -429,3 +429,31 @@ func TestPushCancelWhileUpstreamOutpaces(t *testing.T) {
 		t.Fatalf("%d bytes sent on after the request was cancelled at %d", w.n-(1<<20), 1<<20)
 	}
 }
+
+// TestPushDeclinesEndedBody: a body already read to its end is not pushed
+// (nothing is read, as the push's contract says), so that a caller that
+// then reads gets the end, not an error for a body that ended well.
+func TestPushDeclinesEndedBody(t *testing.T) {
+	o := newRawOrigin(t, func(_ int64, c net.Conn, _ *http.Request, _ []byte) bool {
+		io.WriteString(c, sseHead+chunk(event(0))+"0\r\n\r\n")
+		return true
+	})
+	cl := o.client(h1.Options{})
+	req, _ := http.NewRequest("GET", o.url("/"), nil)
+	res, err := cl.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if b, err := io.ReadAll(res.Body); err != nil || string(b) != event(0) {
+		t.Fatalf("read %q, %v", b, err)
+	}
+	var f flushLog
+	pushed, err := res.Body.(pusher).Push(&f, f.flush, make([]byte, 32<<10))
+	if pushed || err != nil || f.out.Len() != 0 {
+		t.Fatalf("pushed %v (%q), error %v; want not pushed", pushed, f.out.String(), err)
+	}
+	if n, err := res.Body.Read(make([]byte, 10)); n != 0 || err != io.EOF {
+		t.Fatalf("read after the end: %d, %v", n, err)
+	}
+}
