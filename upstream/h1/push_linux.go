@@ -18,7 +18,8 @@ import (
 // ends the body as a Read to its end would: trailers into the response,
 // the connection back to the pool or closed. ok is false, and nothing was
 // read, when the body cannot be pushed (TLS, a Content-Length body, a
-// body already ended or not on a pooled connection): the caller reads it.
+// body already ended, a chunked one partly read already, or not on a
+// pooled connection): the caller reads it.
 //
 // Why not Read: a Read that finds the socket empty costs a read(2) that
 // fails with EAGAIN before the goroutine waits for the poller, and a
@@ -38,8 +39,8 @@ func (b *Body) Push(w io.Writer, flush func() error, buf []byte) (ok bool, err e
 	b.mu.Lock()
 	err = b.err
 	b.mu.Unlock()
-	if err != nil {
-		return false, nil // ended or closed: a Read says which
+	if err != nil || b.chunksRead {
+		return false, nil // ended or closed (a Read says which), or mid-chunk
 	}
 	s := pushing{b: b, w: w, flush: flush}
 

@@ -457,3 +457,42 @@ func TestPushDeclinesEndedBody(t *testing.T) {
 		t.Fatalf("read after the end: %d, %v", n, err)
 	}
 }
+
+// TestPushAfterRead: a chunked body partly read already is pushed from
+// where the reads left it, or not at all: never with its framing read
+// afresh from the middle of a chunk.
+func TestPushAfterRead(t *testing.T) {
+	o := newRawOrigin(t, func(_ int64, c net.Conn, _ *http.Request, _ []byte) bool {
+		io.WriteString(c, sseHead+chunk(event(0)))
+		time.Sleep(3 * time.Millisecond)
+		io.WriteString(c, chunk(event(1))+"0\r\n\r\n")
+		return true
+	})
+	cl := o.client(h1.Options{})
+	req, _ := http.NewRequest("GET", o.url("/"), nil)
+	res, err := cl.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	head := make([]byte, 5)
+	if _, err := io.ReadFull(res.Body, head); err != nil {
+		t.Fatal(err)
+	}
+	var f flushLog
+	pushed, err := res.Body.(pusher).Push(&f, f.flush, make([]byte, 32<<10))
+	if err != nil {
+		t.Fatalf("pushed %v, error %v", pushed, err)
+	}
+	rest := f.out.String()
+	if !pushed {
+		b, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatalf("read after a declined push: %v", err)
+		}
+		rest = string(b)
+	}
+	if got, want := string(head)+rest, event(0)+event(1); got != want {
+		t.Fatalf("body %q, want %q", got, want)
+	}
+}
