@@ -58,7 +58,11 @@ func (b *Body) Push(w io.Writer, flush func() error, buf []byte) (ok bool, err e
 		}
 	}
 	if s.err != nil {
-		return true, s.err // a write failed: the body is left for Close
+		// A write failed. The body ends with its error, and its connection
+		// is closed (as Close would): the push has its place in the
+		// framing, which a Read would take afresh.
+		b.finish(s.err, false)
+		return true, s.err
 	}
 	if s.decodeErr != nil {
 		b.finish(s.decodeErr, false)

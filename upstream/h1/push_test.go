@@ -260,8 +260,9 @@ func TestPushClientLeaves(t *testing.T) {
 }
 
 // TestPushWriteFails: a client that cannot be written to ends the push
-// with the write's error; the body is left to Close, which closes the
-// connection (the rest of the stream is never read as the next answer).
+// with the write's error; the body ends with it (a Read after it does not
+// take the framing up afresh, and hung doing so) and its connection is
+// closed (the rest of the stream is never read as the next answer).
 func TestPushWriteFails(t *testing.T) {
 	o := newRawOrigin(t, func(n int64, c net.Conn, _ *http.Request, _ []byte) bool {
 		if n > 1 {
@@ -277,6 +278,11 @@ func TestPushWriteFails(t *testing.T) {
 	res, pushed, err := push(t, cl, context.Background(), o.url("/"), &f)
 	if !pushed || !errors.Is(err, errClientGone) {
 		t.Fatalf("pushed %v, error %v; want the write's", pushed, err)
+	}
+	// Its place in the framing is the push's: a Read now does not parse
+	// the rest afresh.
+	if n, err := res.Body.Read(make([]byte, 64)); n != 0 || err == nil || err == io.EOF {
+		t.Fatalf("read after a failed push: %d, %v; want an error", n, err)
 	}
 	res.Body.Close()
 	if _, b := do(t, cl, "GET", o.url("/"), ""); b != `{"ok":true}` {
