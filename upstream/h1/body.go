@@ -35,6 +35,9 @@ type Body struct {
 	kind   bodyKind
 	left   int64     // bodyLength: bytes still to read
 	chunks io.Reader // bodyChunked: httputil's chunked reader on br
+	// chunksRead: Read has used chunks, whose place in the framing Push's
+	// decoder cannot take over (push_linux.go).
+	chunksRead bool
 
 	rmu  sync.Mutex // held by Read: a Close during a Read does not linger
 	mu   sync.Mutex // err, against a Close from another goroutine
@@ -82,6 +85,7 @@ func (b *Body) Read(p []byte) (int, error) {
 			err = io.ErrUnexpectedEOF
 		}
 	case bodyChunked:
+		b.chunksRead = true
 		n, err = b.chunks.Read(p)
 		if err == io.EOF {
 			if terr := b.readTrailer(b.br); terr != nil {

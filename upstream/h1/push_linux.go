@@ -18,7 +18,8 @@ import (
 // ends the body as a Read to its end would: trailers into the response,
 // the connection back to the pool or closed. ok is false, and nothing was
 // read, when the body cannot be pushed (TLS, a Content-Length body, a
-// body already ended or not on a pooled connection): the caller reads it.
+// body already ended, a chunked one partly read already, or not on a
+// pooled connection): the caller reads it.
 //
 // Why not Read: a Read that finds the socket empty costs a read(2) that
 // fails with EAGAIN before the goroutine waits for the poller, and a
@@ -38,8 +39,8 @@ func (b *Body) Push(w io.Writer, flush func() error, buf []byte) (ok bool, err e
 	b.mu.Lock()
 	err = b.err
 	b.mu.Unlock()
-	if err != nil {
-		return true, err
+	if err != nil || b.chunksRead {
+		return false, nil // ended or closed (a Read says which), or mid-chunk
 	}
 	s := pushing{b: b, w: w, flush: flush}
 
@@ -57,7 +58,11 @@ func (b *Body) Push(w io.Writer, flush func() error, buf []byte) (ok bool, err e
 		}
 	}
 	if s.err != nil {
-		return true, s.err // a write failed: the body is left for Close
+		// A write failed. The body ends with its error, and its connection
+		// is closed (as Close would): the push has its place in the
+		// framing, which a Read would take afresh.
+		b.finish(s.err, false)
+		return true, s.err
 	}
 	if s.decodeErr != nil {
 		b.finish(s.decodeErr, false)
@@ -89,6 +94,7 @@ const pushProbe = 200 * time.Millisecond
 // ends, a write fails or a read does.
 func (b *Body) pushReads(s *pushing, buf []byte) error {
 	var rerr error
+	ctx := b.cn.ctx // the request's: its cancellation aborts the connection
 	read := func(fd uintptr) bool {
 		for {
 			n, errno := quiet.Read(fd, buf)
@@ -113,6 +119,13 @@ func (b *Body) pushReads(s *pushing, buf []byte) error {
 			if n < len(buf) { // drained: wait without reading
 				s.flushNow()
 				return false
+			}
+			// Reading on without a wait: the abort's past deadline is seen
+			// only by a wait, and an upstream that outpaces the client
+			// (a full socket queue) may never leave one to wait for.
+			if ctx != nil && ctx.Err() != nil {
+				rerr = ctx.Err()
+				return true
 			}
 		}
 	}
@@ -178,11 +191,10 @@ func (s *pushing) flushNow() {
 	s.pending = false
 }
 
-// pushTrailer reads what follows the last chunk, starting with rest:
-// reuse is whether the connection ends exactly there.
-// The connection's own buffer follows rest: it is empty once Push read
-// the connection itself, and holds what the head's read brought beyond
-// buf otherwise.
+// pushTrailer reads what follows the last chunk, starting with rest and
+// then what the connection's read buffer still holds (a buf smaller than
+// what came with the head leaves some there): reuse is whether the
+// connection ends exactly there.
 func (b *Body) pushTrailer(rest []byte) (reuse bool, err error) {
 	if len(rest) >= 2 && bytes.Equal(rest[:2], crlf) {
 		// Anything after it is unasked for.

@@ -260,8 +260,9 @@ func TestPushClientLeaves(t *testing.T) {
 }
 
 // TestPushWriteFails: a client that cannot be written to ends the push
-// with the write's error; the body is left to Close, which closes the
-// connection (the rest of the stream is never read as the next answer).
+// with the write's error; the body ends with it (a Read after it does not
+// take the framing up afresh, and hung doing so) and its connection is
+// closed (the rest of the stream is never read as the next answer).
 func TestPushWriteFails(t *testing.T) {
 	o := newRawOrigin(t, func(n int64, c net.Conn, _ *http.Request, _ []byte) bool {
 		if n > 1 {
@@ -277,6 +278,11 @@ func TestPushWriteFails(t *testing.T) {
 	res, pushed, err := push(t, cl, context.Background(), o.url("/"), &f)
 	if !pushed || !errors.Is(err, errClientGone) {
 		t.Fatalf("pushed %v, error %v; want the write's", pushed, err)
+	}
+	// Its place in the framing is the push's: a Read now does not parse
+	// the rest afresh.
+	if n, err := res.Body.Read(make([]byte, 64)); n != 0 || err == nil || err == io.EOF {
+		t.Fatalf("read after a failed push: %d, %v; want an error", n, err)
 	}
 	res.Body.Close()
 	if _, b := do(t, cl, "GET", o.url("/"), ""); b != `{"ok":true}` {
@@ -303,50 +309,196 @@ func TestPushDeclinesLengthBody(t *testing.T) {
 	res.Body.Close()
 }
 
-// TestPushBufferSmallerThanHeadRead: what the head's read brought is
-// pushed through a buffer smaller than it, the end and the trailer
-// included: the trailer's rest is read from the connection's buffer, not
-// waited for on the socket, and the connection is kept.
-func TestPushBufferSmallerThanHeadRead(t *testing.T) {
-	o := newRawOrigin(t, func(n int64, c net.Conn, _ *http.Request, _ []byte) bool {
-		if n > 1 {
-			return okJSON(c)
+// TestPushBufferSmallerThanHead: a buffer smaller than what came with the
+// head still gives the whole body and trailer, and the connection is kept
+// only when nothing follows the response: what the read buffer still
+// holds after the last chunk's line is part of the trailer, not lost (the
+// push waited on the socket for a trailer it had already read) nor left
+// to be read as the next answer.
+func TestPushBufferSmallerThanHead(t *testing.T) {
+	const head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+	for _, tc := range []struct {
+		name, body string
+		trailer    http.Header
+		reuse      bool
+	}{
+		{name: "final CRLF", body: "5\r\nhello\r\n0\r\n\r\n", reuse: true},
+		{name: "trailer", body: "5\r\nhello\r\n0\r\nX-Usage: 7\r\n\r\n", trailer: http.Header{"X-Usage": {"7"}}, reuse: true},
+		{name: "bytes after the end", body: "5\r\nhello\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n\r\n"},
+	} {
+		for size := 1; size <= len(tc.body); size++ {
+			t.Run(tc.name+"/"+strconv.Itoa(size), func(t *testing.T) {
+				o := newRawOrigin(t, func(n int64, c net.Conn, _ *http.Request, _ []byte) bool {
+					if n > 1 {
+						return okJSON(c)
+					}
+					io.WriteString(c, head+tc.body) // all in the read buffer with the head
+					return true
+				})
+				cl := o.client(h1.Options{})
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, "GET", o.url("/"), nil)
+				res, err := cl.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var f flushLog
+				pushed, err := res.Body.(pusher).Push(&f, f.flush, make([]byte, size))
+				if !pushed || err != nil {
+					t.Fatalf("pushed %v, error %v", pushed, err)
+				}
+				res.Body.Close()
+				if f.out.String() != "hello" {
+					t.Fatalf("pushed %q, want %q", f.out.String(), "hello")
+				}
+				if !equalHeaders(res.Trailer, tc.trailer) {
+					t.Fatalf("trailer %q, want %q", res.Trailer, tc.trailer)
+				}
+				if _, b := do(t, cl, "GET", o.url("/"), ""); b != `{"ok":true}` {
+					t.Fatalf("next answer %q", b)
+				}
+				want := int64(2)
+				if tc.reuse {
+					want = 1
+				}
+				if n := o.conns.Load(); n != want {
+					t.Fatalf("%d connections, want %d", n, want)
+				}
+			})
 		}
-		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTrailer: X-Usage\r\nTransfer-Encoding: chunked\r\n\r\n"+
-			chunk(event(0))+chunk(event(1))+"0\r\nX-Usage: 7\r\n\r\n")
-		return true
+	}
+}
+
+// slowClient is a client that takes a while over each write (a slow
+// reader on the far end of a fast upstream); it cancels its request once
+// it has taken cancelAt bytes.
+type slowClient struct {
+	n        int
+	cancelAt int
+	cancel   func()
+}
+
+func (s *slowClient) Write(p []byte) (int, error) {
+	time.Sleep(time.Millisecond)
+	s.n += len(p)
+	if s.n >= s.cancelAt && s.cancel != nil {
+		s.cancel()
+		s.cancel = nil
+	}
+	return len(p), nil
+}
+
+// TestPushCancelWhileUpstreamOutpaces: a request cancelled while the
+// upstream sends faster than the client takes (every read fills the
+// buffer, so the push never waits on the poller, where the abort's
+// deadline would be seen) still ends the push at once with the context's
+// error, as a Read would: the rest is not read and sent on.
+func TestPushCancelWhileUpstreamOutpaces(t *testing.T) {
+	const total = 8 << 20
+	o := newRawOrigin(t, func(_ int64, c net.Conn, _ *http.Request, _ []byte) bool {
+		c.(*net.TCPConn).SetWriteBuffer(4 << 20)
+		io.WriteString(c, "HTTP/1.0 200 OK\r\nContent-Type: application/octet-stream\r\n\r\n")
+		block := bytes.Repeat([]byte("x"), 256<<10)
+		for sent := 0; sent < total; sent += len(block) {
+			if _, err := c.Write(block); err != nil {
+				break
+			}
+		}
+		return false
 	})
-	cl := o.client(h1.Options{})
-	req, _ := http.NewRequest("POST", o.url("/"), strings.NewReader(`{}`))
+	// Socket buffers as large as a long fat network's, so that the
+	// upstream keeps the queue full and no read comes back short.
+	var d net.Dialer
+	cl := o.client(h1.Options{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err == nil {
+			c.(*net.TCPConn).SetReadBuffer(4 << 20)
+		}
+		return c, err
+	}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", o.url("/"), nil)
 	res, err := cl.RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer res.Body.Close()
+	w := &slowClient{cancelAt: 1 << 20, cancel: cancel}
+	// A small buffer keeps the socket's queue from draining between reads.
+	pushed, err := res.Body.(pusher).Push(w, func() error { return nil }, make([]byte, 4<<10))
+	if !pushed || !errors.Is(err, context.Canceled) {
+		t.Fatalf("pushed %v, error %v; want context.Canceled", pushed, err)
+	}
+	if w.n > 2<<20 {
+		t.Fatalf("%d bytes sent on after the request was cancelled at %d", w.n-(1<<20), 1<<20)
+	}
+}
+
+// TestPushDeclinesEndedBody: a body already read to its end is not pushed
+// (nothing is read, as the push's contract says), so that a caller that
+// then reads gets the end, not an error for a body that ended well.
+func TestPushDeclinesEndedBody(t *testing.T) {
+	o := newRawOrigin(t, func(_ int64, c net.Conn, _ *http.Request, _ []byte) bool {
+		io.WriteString(c, sseHead+chunk(event(0))+"0\r\n\r\n")
+		return true
+	})
+	cl := o.client(h1.Options{})
+	req, _ := http.NewRequest("GET", o.url("/"), nil)
+	res, err := cl.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if b, err := io.ReadAll(res.Body); err != nil || string(b) != event(0) {
+		t.Fatalf("read %q, %v", b, err)
+	}
 	var f flushLog
-	done := make(chan error, 1)
-	go func() {
-		_, err := res.Body.(pusher).Push(&f, f.flush, make([]byte, 8))
-		done <- err
-	}()
-	select {
-	case err := <-done:
+	pushed, err := res.Body.(pusher).Push(&f, f.flush, make([]byte, 32<<10))
+	if pushed || err != nil || f.out.Len() != 0 {
+		t.Fatalf("pushed %v (%q), error %v; want not pushed", pushed, f.out.String(), err)
+	}
+	if n, err := res.Body.Read(make([]byte, 10)); n != 0 || err != io.EOF {
+		t.Fatalf("read after the end: %d, %v", n, err)
+	}
+}
+
+// TestPushAfterRead: a chunked body partly read already is pushed from
+// where the reads left it, or not at all: never with its framing read
+// afresh from the middle of a chunk.
+func TestPushAfterRead(t *testing.T) {
+	o := newRawOrigin(t, func(_ int64, c net.Conn, _ *http.Request, _ []byte) bool {
+		io.WriteString(c, sseHead+chunk(event(0)))
+		time.Sleep(3 * time.Millisecond)
+		io.WriteString(c, chunk(event(1))+"0\r\n\r\n")
+		return true
+	})
+	cl := o.client(h1.Options{})
+	req, _ := http.NewRequest("GET", o.url("/"), nil)
+	res, err := cl.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	head := make([]byte, 5)
+	if _, err := io.ReadFull(res.Body, head); err != nil {
+		t.Fatal(err)
+	}
+	var f flushLog
+	pushed, err := res.Body.(pusher).Push(&f, f.flush, make([]byte, 32<<10))
+	if err != nil {
+		t.Fatalf("pushed %v, error %v", pushed, err)
+	}
+	rest := f.out.String()
+	if !pushed {
+		b, err := io.ReadAll(res.Body)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("read after a declined push: %v", err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the push waited on the socket for bytes already read")
+		rest = string(b)
 	}
-	res.Body.Close()
-	if want := event(0) + event(1); f.out.String() != want {
-		t.Fatalf("pushed %q, want %q", f.out.String(), want)
-	}
-	if got := res.Trailer.Get("X-Usage"); got != "7" {
-		t.Fatalf("trailer X-Usage %q, want 7", got)
-	}
-	if _, b := do(t, cl, "GET", o.url("/"), ""); b != `{"ok":true}` {
-		t.Fatalf("next answer %q", b)
-	}
-	if n := o.conns.Load(); n != 1 {
-		t.Fatalf("%d connections, want 1", n)
+	if got, want := string(head)+rest, event(0)+event(1); got != want {
+		t.Fatalf("body %q, want %q", got, want)
 	}
 }
