@@ -167,21 +167,29 @@ func TestPushEnds(t *testing.T) {
 			if f.out.String() != tc.body {
 				t.Fatalf("pushed %q, want %q", f.out.String(), tc.body)
 			}
-			res.Body.Close()
-			if tc.trailer != nil && !equalHeaders(res.Trailer, tc.trailer) {
-				t.Fatalf("trailer %q, want %q", res.Trailer, tc.trailer)
-			}
-			if _, b := do(t, cl, "GET", o.url("/"), ""); b != `{"ok":true}` {
-				t.Fatalf("next answer %q", b)
-			}
-			want := int64(2)
-			if tc.reuse {
-				want = 1
-			}
-			if n := o.conns.Load(); n != want {
-				t.Fatalf("%d connections, want %d", n, want)
-			}
+			ended(t, o, cl, res, tc.trailer, tc.reuse)
 		})
+	}
+}
+
+// ended closes a pushed answer and checks how it ended: its trailer
+// (when trailer is not nil), and the connection kept for the next answer
+// (reuse) or not.
+func ended(t *testing.T, o *rawOrigin, cl *h1.Client, res *http.Response, trailer http.Header, reuse bool) {
+	t.Helper()
+	res.Body.Close()
+	if trailer != nil && !equalHeaders(res.Trailer, trailer) {
+		t.Fatalf("trailer %q, want %q", res.Trailer, trailer)
+	}
+	if _, b := do(t, cl, "GET", o.url("/"), ""); b != `{"ok":true}` {
+		t.Fatalf("next answer %q", b)
+	}
+	want := int64(2)
+	if reuse {
+		want = 1
+	}
+	if n := o.conns.Load(); n != want {
+		t.Fatalf("%d connections, want %d", n, want)
 	}
 }
 
@@ -348,23 +356,10 @@ func TestPushBufferSmallerThanHead(t *testing.T) {
 				if !pushed || err != nil {
 					t.Fatalf("pushed %v, error %v", pushed, err)
 				}
-				res.Body.Close()
 				if f.out.String() != "hello" {
 					t.Fatalf("pushed %q, want %q", f.out.String(), "hello")
 				}
-				if !equalHeaders(res.Trailer, tc.trailer) {
-					t.Fatalf("trailer %q, want %q", res.Trailer, tc.trailer)
-				}
-				if _, b := do(t, cl, "GET", o.url("/"), ""); b != `{"ok":true}` {
-					t.Fatalf("next answer %q", b)
-				}
-				want := int64(2)
-				if tc.reuse {
-					want = 1
-				}
-				if n := o.conns.Load(); n != want {
-					t.Fatalf("%d connections, want %d", n, want)
-				}
+				ended(t, o, cl, res, tc.trailer, tc.reuse)
 			})
 		}
 	}
