@@ -21,6 +21,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 )
 
@@ -35,7 +36,26 @@ func Conn(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	return &quietConn{TCPConn: tc, rc: rc}
+	q := &quietConn{TCPConn: tc, rc: rc}
+	q.r.fn = func(fd uintptr) bool {
+		q.r.n, q.r.errno = Read(fd, q.r.p)
+		return q.r.errno != syscall.EAGAIN
+	}
+	q.w.fn = func(fd uintptr) bool {
+		for q.w.n < len(q.w.p) {
+			n, e := write(fd, q.w.p[q.w.n:])
+			if e == syscall.EAGAIN {
+				return false
+			}
+			if e != 0 {
+				q.w.errno = e
+				return true
+			}
+			q.w.n += n
+		}
+		return true
+	}
+	return q
 }
 
 // quietConn is a TCP connection read and written with raw system calls.
@@ -43,19 +63,39 @@ func Conn(c net.Conn) net.Conn {
 // TCPConn's.
 type quietConn struct {
 	*net.TCPConn
-	rc syscall.RawConn
+	rc   syscall.RawConn
+	r, w call
+}
+
+// call is one direction's system call with its arguments and results,
+// and the function RawConn runs, made once: a Read or Write allocates
+// nothing (a closure per call cost two allocations each). Its mutex
+// serializes the calls of one direction, as the socket's own lock does
+// inside RawConn anyway.
+type call struct {
+	mu    sync.Mutex
+	p     []byte
+	n     int
+	errno syscall.Errno
+	fn    func(fd uintptr) bool
+}
+
+// do runs the call on p: what it did and the error RawConn returned.
+func (k *call) do(run func(func(uintptr) bool) error, p []byte) (int, syscall.Errno, error) {
+	k.mu.Lock()
+	k.p, k.n, k.errno = p, 0, 0
+	err := run(k.fn)
+	n, errno := k.n, k.errno
+	k.p = nil // the caller's buffer is not kept
+	k.mu.Unlock()
+	return n, errno, err
 }
 
 func (c *quietConn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	var n int
-	var errno syscall.Errno
-	err := c.rc.Read(func(fd uintptr) bool {
-		n, errno = Read(fd, p)
-		return errno != syscall.EAGAIN
-	})
+	n, errno, err := c.r.do(c.rc.Read, p)
 	switch {
 	case err != nil:
 		return 0, err
@@ -68,22 +108,7 @@ func (c *quietConn) Read(p []byte) (int, error) {
 }
 
 func (c *quietConn) Write(p []byte) (int, error) {
-	var n int
-	var errno syscall.Errno
-	err := c.rc.Write(func(fd uintptr) bool {
-		for n < len(p) {
-			w, e := write(fd, p[n:])
-			if e == syscall.EAGAIN {
-				return false
-			}
-			if e != 0 {
-				errno = e
-				return true
-			}
-			n += w
-		}
-		return true
-	})
+	n, errno, err := c.w.do(c.rc.Write, p)
 	switch {
 	case err != nil:
 		return n, err
